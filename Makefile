@@ -1,0 +1,42 @@
+# The README's commands. Each creates .venv with python3.10 on first use.
+SHELL := /bin/bash
+PYTHON310 ?= $(shell for p in python3.10 $$HOME/.pyenv/versions/3.10*/bin/python3.10 /usr/local/bin/python3.10 /usr/bin/python3.10; do \
+	$$p -c 'import sys; assert sys.version_info[:2] == (3, 10)' >/dev/null 2>&1 && { echo $$p; break; }; done)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYX := $(wildcard relay_eqsat/egraph/*.pyx relay_eqsat/egraph/*.pxd)
+EXT_STAMP := $(VENV)/.ext-built
+DEMO_MODEL ?= zoo:squeezenet
+PYTEST_ARGS ?=
+
+.PHONY: demo test bench venv ext clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml setup.py
+	@test -n "$(PYTHON310)" || { echo "python3.10 not found (hhb-tvm has wheels for CPython 3.10 only)"; exit 1; }
+	test -x $(PY) || $(PYTHON310) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel "Cython>=3.0" "numpy<2"
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+# Rebuild the Cython core in place whenever a .pyx/.pxd changed.
+$(EXT_STAMP): $(STAMP) $(PYX) setup.py
+	$(PY) setup.py -q build_ext --inplace
+	touch $(EXT_STAMP)
+
+ext: $(EXT_STAMP)
+
+demo: $(EXT_STAMP)
+	$(VENV)/bin/relay-eqsat optimize $(DEMO_MODEL)
+
+test: $(EXT_STAMP)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: $(EXT_STAMP)
+	$(PY) -m pytest -q -m slow
+	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf build *.egg-info relay_eqsat/egraph/*.c relay_eqsat/egraph/*.so $(EXT_STAMP)

@@ -1,0 +1,1 @@
+"""TVM integration: the Relay pass, the Relay frontend/backend, tvmc, the model zoo."""

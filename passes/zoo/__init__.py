@@ -1,0 +1,1 @@
+"""Model zoo: benchmark graphs built directly in Relay."""

@@ -1,0 +1,1 @@
+"""Rule sets shipped as data files (read through importlib.resources)."""
