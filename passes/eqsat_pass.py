@@ -1,0 +1,286 @@
+"""EqSatPass: the Relay module pass (main -> TensorGraph -> optimize -> Relay).
+
+Options come from the constructor, else from the PassContext config
+(``relay.eqsat.<option>``), else from :data:`DEFAULT_OPTIONS`.
+
+PassContext config keys: this TVM (0.16, C++ ``PassConfigManager``) rejects
+unregistered keys and offers no Python API to register them. Importing this
+module therefore wraps ``tvm.transform.PassContext.__init__``: keys starting
+with ``relay.eqsat.`` are taken out of ``config`` before the C++ constructor
+sees them and kept in a side table keyed by the context object; the pass
+reads them back with :func:`eqsat_config`. ``PassContext.list_configs()``
+also lists them (IntImm for int/bool options, runtime.String otherwise, parsed
+by the pass), so ``tvmc compile --pass-config relay.eqsat.budget=8`` works.
+``relay_eqsat.passes`` must be imported before such a PassContext is created
+(importing ``EqSatPass`` does it); ``PassContext.current().config`` does not
+show these keys.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+import weakref
+from typing import Any, Mapping
+
+import numpy as np
+import tvm
+from tvm import relay
+
+from relay_eqsat.graph import TensorGraph, TensorType
+
+from .relay import UnsupportedProgram, from_relay, main_function, to_relay
+
+log = logging.getLogger(__name__)
+
+CONFIG_PREFIX = "relay.eqsat."
+
+#: option -> default value (``None``: the option may be unset).
+DEFAULT_OPTIONS: dict[str, Any] = {
+    "search": "tensat",          # scheduler: "tensat" | "mcts"
+    "extractor": "greedy",       # extractor used during search (MCTS rewards)
+    "final_extractor": None,     # extractor for the result (None: same as extractor)
+    "cost": "analytic",          # cost model: "analytic" | "measure" | "learned"
+    "target": None,              # TVM target string for costs (None: host CPU)
+    "node_limit": 10000,         # e-graph size limit (e-nodes)
+    "budget": 64,                # MCTS budget (simulations)
+    "k_multi": 1,                # iterations applying multi-pattern rules (TENSAT)
+    "time_limit": 60.0,          # seconds for search and for extraction each
+    "seed": 0,
+    "verify": False,             # compare TVM outputs before/after on random inputs
+    "rules": "tensat",           # rule set name or path
+}
+
+#: option -> type its values are coerced to; ``object``: a name (str) or, from
+#: Python, an instance (a Scheduler, Extractor, CostModel, list of rules...).
+_OPTION_TYPES = {"search": object, "extractor": object, "final_extractor": object, "cost": object,
+                 "target": str, "node_limit": int, "budget": int, "k_multi": int, "seed": int,
+                 "time_limit": float, "verify": bool, "rules": object}
+
+
+class EqSatVerificationError(RuntimeError):
+    """``verify=True`` and the optimized module computes different outputs."""
+
+
+# -- PassContext config side table ----------------------------------------------
+
+_CONFIG: dict[int, dict[str, Any]] = {}
+
+
+def _ctx_key(ctx) -> int:
+    return int(ctx.handle.value)
+
+
+def _install_config_hook() -> None:
+    cls = tvm.transform.PassContext
+    if getattr(cls.__init__, "_relay_eqsat_hook", False):
+        return
+    original = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        # config is the 5th positional parameter of PassContext.__init__
+        config = kwargs.get("config", args[4] if len(args) > 4 else None)
+        ours = {}
+        if config:
+            config = dict(config)
+            for k in [k for k in config if str(k).startswith(CONFIG_PREFIX)]:
+                ours[k[len(CONFIG_PREFIX):]] = config.pop(k)
+            if len(args) > 4:
+                args = args[:4] + (config,) + args[5:]
+            else:
+                kwargs["config"] = config
+        original(self, *args, **kwargs)
+        if ours:
+            key = _ctx_key(self)
+            _CONFIG[key] = ours
+            # the wrapper keeps the C++ context alive, so the key is not reused before this runs
+            weakref.finalize(self, _CONFIG.pop, key, None)
+
+    __init__._relay_eqsat_hook = True
+    __init__.__wrapped__ = original
+    __init__.__doc__ = original.__doc__
+    cls.__init__ = __init__
+
+    # list them too, so tools that validate keys against list_configs() (tvmc
+    # --pass-config) accept them; tvmc parses IntImm (ints, true/false) and strings
+    original_list = cls.list_configs
+
+    def list_configs():
+        configs = dict(original_list())
+        for name in DEFAULT_OPTIONS:
+            typ = _OPTION_TYPES.get(name)
+            configs[CONFIG_PREFIX + name] = {"type": "IntImm" if typ in (int, bool) else "runtime.String"}
+        return configs
+
+    list_configs.__doc__ = original_list.__doc__
+    cls.list_configs = staticmethod(list_configs)
+
+
+_install_config_hook()
+
+
+def eqsat_config(ctx=None) -> dict[str, Any]:
+    """The ``relay.eqsat.*`` options of a PassContext (default: the current
+    one), without the prefix."""
+    ctx = ctx if ctx is not None else tvm.transform.PassContext.current()
+    return dict(_CONFIG.get(_ctx_key(ctx), {}))
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """``value`` as the option's type (strings from configs and tvmc parsed);
+    ValueError for unknown options and values that do not fit."""
+    if name not in DEFAULT_OPTIONS:
+        raise ValueError(f"unknown EqSatPass option {name!r}; known: {sorted(DEFAULT_OPTIONS)}")
+    typ = _OPTION_TYPES[name]
+    if isinstance(value, tvm.runtime.String):
+        value = str(value)
+    elif isinstance(value, (tvm.tir.IntImm, tvm.tir.FloatImm)):
+        value = value.value
+    if value is None:
+        if DEFAULT_OPTIONS[name] is None:
+            return None
+        raise ValueError(f"option {name} cannot be None")
+    if typ is object:
+        return value
+    if typ is str:
+        if not isinstance(value, str):
+            raise ValueError(f"option {name}: expected a string, got {value!r}")
+        return value
+    if typ is bool:
+        if isinstance(value, str):
+            if value.lower() in ("1", "true", "yes", "on"):
+                return True
+            if value.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(f"option {name}: {value!r} is not a boolean")
+        if value not in (0, 1):
+            raise ValueError(f"option {name}: {value!r} is not a boolean")
+        return bool(value)
+    if isinstance(value, bool):
+        raise ValueError(f"option {name}: expected {typ.__name__}, got a bool")
+    if typ is int and isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"option {name}: {value!r} is not an integer")
+    try:
+        return typ(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"option {name}: {value!r} is not {typ.__name__}") from None
+
+
+def resolve_options(explicit: Mapping[str, Any], ctx=None) -> dict[str, Any]:
+    """Constructor options over PassContext config over defaults."""
+    opts = dict(DEFAULT_OPTIONS)
+    for name, value in eqsat_config(ctx).items():
+        opts[name] = _coerce(name, value)
+    for name, value in explicit.items():
+        opts[name] = _coerce(name, value)
+    return opts
+
+
+# -- the optimizer seam ---------------------------------------------------------------
+
+def optimize(graph: TensorGraph, options: Mapping[str, Any]) -> tuple[TensorGraph, dict]:
+    """The optimizer between frontend and backend: TensorGraph -> better
+    TensorGraph, plus a report (dict). Currently the identity."""
+    return graph, {"optimizer": "identity", "nodes_in": len(graph.reachable()),
+                   "nodes_out": len(graph.reachable())}
+
+
+# -- the pass -------------------------------------------------------------------------
+
+def _signature(graph: TensorGraph) -> list[tuple[str, TensorType]]:
+    """(name, type) of the graph's var nodes in order: the frontend adds every
+    parameter, so unused ones survive an optimizer that drops them."""
+    return [(graph[i].attrs["name"], graph[i].type) for i in graph.inputs]
+
+
+def verify_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0,
+                   rtol: float = 1e-4, target: str | None = None) -> float:
+    """Build both modules, run them on the same random inputs and raise
+    :class:`EqSatVerificationError` if an output differs by more than
+    ``rtol * max(1, max|output|)``. Returns the largest relative error."""
+    from .target import build, random_inputs, run
+
+    _, func = main_function(before)
+    types = {v.name_hint: ([int(d) for d in v.checked_type.shape], str(v.checked_type.dtype))
+             for v in func.params}
+    inputs = random_inputs(types, seed)
+    ref = run(build(before, target=target), inputs)
+    got = run(build(after, target=target), inputs)
+    if len(ref) != len(got):
+        raise EqSatVerificationError(f"{len(ref)} outputs before, {len(got)} after")
+    worst = 0.0
+    for k, (r, g) in enumerate(zip(ref, got)):
+        if r.shape != g.shape or r.dtype != g.dtype:
+            raise EqSatVerificationError(f"output {k}: {r.dtype}{list(r.shape)} before, "
+                                         f"{g.dtype}{list(g.shape)} after")
+        if r.size == 0:
+            continue
+        rf, gf = r.astype(np.float64), g.astype(np.float64)
+        finite = np.isfinite(rf) & np.isfinite(gf)
+        same = (rf == gf) | (np.isnan(rf) & np.isnan(gf))
+        if not np.all(same | finite):  # inf/nan in one and not the other
+            err = float("inf")
+        elif finite.any():
+            scale = max(1.0, float(np.abs(rf[finite]).max()))
+            err = float(np.abs(rf - gf)[finite].max()) / scale
+        else:
+            err = 0.0
+        worst = max(worst, err)
+        if not err <= rtol:
+            raise EqSatVerificationError(f"output {k}: max error {err:.3g} (relative) > {rtol:g}")
+    return worst
+
+
+@tvm.transform.module_pass(opt_level=0, name="EqSatPass")
+class EqSatPass:
+    """Optimize ``main`` by equality saturation (see :data:`DEFAULT_OPTIONS`).
+
+    A program the frontend cannot take (dynamic shapes, control flow...) or
+    any internal failure gives a warning and the module back unchanged;
+    ``verify=True`` raises :class:`EqSatVerificationError` on a numerical
+    mismatch. After a run, ``last_options`` and ``last_report`` hold the
+    options used and the optimizer's report (``None`` if skipped).
+    """
+
+    def __init__(self, **options: Any):
+        for name, value in options.items():
+            _coerce(name, value)  # unknown names and bad values fail here, early
+        self.options = dict(options)
+        self.last_options: dict[str, Any] | None = None
+        self.last_report: dict | None = None
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        self.last_report = None
+        try:
+            opts = resolve_options(self.options, ctx)
+        except (ValueError, TypeError) as e:
+            warnings.warn(f"EqSatPass: bad option ({e}); module left unchanged", stacklevel=2)
+            return mod
+        self.last_options = opts
+        t0 = time.perf_counter()
+        try:
+            typed, func = main_function(mod)
+            graph = from_relay(typed)
+            signature = _signature(graph)
+            new_graph, report = optimize(graph, opts)
+            new_func = to_relay(new_graph, signature=signature, attrs=func.attrs)
+            new_mod = tvm.IRModule({gv: (new_func if gv.name_hint == "main" else f)
+                                    for gv, f in typed.functions.items()}, typed.type_definitions)
+            new_mod = relay.transform.InferType()(new_mod)
+            if not tvm.ir.structural_equal(new_mod["main"].checked_type, func.checked_type):
+                raise RuntimeError(f"the optimized main has type {new_mod['main'].checked_type}, "
+                                   f"not {func.checked_type}")
+        except UnsupportedProgram as e:
+            warnings.warn(f"EqSatPass: unsupported program ({e.reason}); module left unchanged",
+                          stacklevel=2)
+            return mod
+        except Exception as e:  # noqa: BLE001 - a pass must not break the build
+            log.exception("EqSatPass failed")
+            warnings.warn(f"EqSatPass: failed ({type(e).__name__}: {e}); module left unchanged",
+                          stacklevel=2)
+            return mod
+        report = dict(report, seconds=time.perf_counter() - t0)
+        if opts["verify"]:
+            report["verify_error"] = verify_modules(typed, new_mod, seed=opts["seed"])
+        self.last_report = report
+        return new_mod

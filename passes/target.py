@@ -1,0 +1,129 @@
+"""Building, running and timing Relay programs on the host CPU.
+
+This TVM build (hhb-tvm) defaults a plain ``llvm`` target to riscv64, so every
+build in the project goes through :func:`host_target`, which names the host's
+triple and CPU explicitly.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import platform
+import statistics
+from typing import Mapping, Sequence
+
+import numpy as np
+import tvm
+from tvm import relay
+from tvm.contrib import graph_executor
+
+log = logging.getLogger(__name__)
+
+_TRIPLES = {"x86_64": "x86_64-linux-gnu", "amd64": "x86_64-linux-gnu",
+            "aarch64": "aarch64-linux-gnu", "arm64": "aarch64-linux-gnu"}
+
+
+def _cpuinfo_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _known_cpus(triple: str) -> set[str]:
+    try:
+        return set(tvm.target.codegen.llvm_get_cpu_archlist(tvm.target.Target(f"llvm -mtriple={triple}")))
+    except Exception:  # noqa: BLE001 - older LLVM builds lack the query
+        return set()
+
+
+@functools.lru_cache(maxsize=None)
+def host_target() -> str:
+    """The LLVM target string for this machine, e.g.
+    ``"llvm -mtriple=x86_64-linux-gnu -mcpu=znver4"`` (cached).
+
+    The CPU is LLVM's host detection when this LLVM knows it, else derived
+    from /proc/cpuinfo flags (skylake-avx512, core-avx2, x86-64).
+    """
+    machine = platform.machine().lower()
+    triple = _TRIPLES.get(machine)
+    if triple is None:
+        log.warning("unknown host architecture %r; using plain llvm", machine)
+        return "llvm"
+    known = _known_cpus(triple)
+    cpu = None
+    try:
+        cpu = str(tvm.target.codegen.llvm_get_system_cpu())
+    except Exception:  # noqa: BLE001
+        cpu = None
+    if not cpu or cpu == "generic" or (known and cpu not in known):
+        if triple.startswith("x86_64"):
+            flags = _cpuinfo_flags()
+            if "avx512f" in flags:
+                cpu = "skylake-avx512"
+            elif "avx2" in flags:
+                cpu = "core-avx2"
+            else:
+                cpu = "x86-64"
+        else:
+            cpu = "generic"
+    return f"llvm -mtriple={triple} -mcpu={cpu}"
+
+
+def _as_module(mod) -> tvm.IRModule:
+    if isinstance(mod, relay.Function):
+        return tvm.IRModule.from_expr(mod)
+    return mod
+
+
+def build(mod, params: Mapping | None = None, target: str | None = None, opt_level: int = 3):
+    """Compile a Relay module (or function) with ``relay.build`` for ``target``
+    (default: :func:`host_target`). Returns the graph executor factory."""
+    with tvm.transform.PassContext(opt_level=opt_level):
+        return relay.build(_as_module(mod), target=target or host_target(), params=params)
+
+
+def _executor(lib) -> graph_executor.GraphModule:
+    if isinstance(lib, graph_executor.GraphModule):
+        return lib
+    return graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+
+
+def run(lib, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """Run a built module (factory from :func:`build`, or a GraphModule) on
+    named inputs; returns every output as a numpy array, in order."""
+    m = _executor(lib)
+    for name, value in inputs.items():
+        m.set_input(name, value)
+    m.run()
+    return [m.get_output(i).numpy() for i in range(m.get_num_outputs())]
+
+
+def measure(mod, params: Mapping | None, inputs: Mapping[str, np.ndarray],
+            number: int = 10, repeat: int = 3, target: str | None = None) -> float:
+    """Median wall time in seconds of one inference of ``mod`` (built at
+    opt_level 3), from ``repeat`` timings each averaging ``number`` runs."""
+    m = _executor(build(mod, params=params, target=target))
+    for name, value in inputs.items():
+        m.set_input(name, value)
+    timer = m.module.time_evaluator("run", tvm.cpu(0), number=number, repeat=repeat)
+    return float(statistics.median(timer().results))
+
+
+def random_inputs(types: Mapping[str, tuple[Sequence[int], str]], seed: int = 0) -> dict[str, np.ndarray]:
+    """Random arrays for ``{name: (shape, dtype)}``: standard normal floats,
+    integers in [0, 4)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, (shape, dtype) in types.items():
+        if np.issubdtype(np.dtype(dtype), np.integer):
+            out[name] = rng.integers(0, 4, size=tuple(shape)).astype(dtype)
+        elif np.dtype(dtype) == np.bool_:
+            out[name] = rng.integers(0, 2, size=tuple(shape)).astype(bool)
+        else:
+            out[name] = rng.standard_normal(tuple(shape)).astype(dtype)
+    return out

@@ -1,0 +1,21 @@
+"""Shared pytest fixtures. TVM-dependent fixtures import TVM lazily, so unit
+tests of the TVM-free core run without it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """A seeded numpy generator (fresh per test)."""
+    return np.random.default_rng(0)
+
+
+@pytest.fixture(scope="session")
+def host_target() -> str:
+    """The x86 LLVM target string for this machine (TVM's plain ``llvm`` is riscv64 here)."""
+    pytest.importorskip("tvm")
+    from relay_eqsat.passes.target import host_target as _host_target
+
+    return _host_target()
