@@ -1,1 +1,1 @@
-"""Rule sets shipped as data files (read through importlib.resources)."""
+"""Rule sets shipped as data files: installed as relay_eqsat.rulesets (read through importlib.resources)."""

@@ -1,0 +1,141 @@
+"""MCTS rewrite scheduling (Hartmann et al., PACT 2024) on real e-graphs."""
+import numpy as np
+import pytest
+
+from relay_eqsat.egraph import EGraph
+from relay_eqsat.extract import get_extractor
+from relay_eqsat.graph import TensorGraph
+from relay_eqsat.rules import parse_rules
+from relay_eqsat.search.base import Limits
+from relay_eqsat.search.mcts import MCTS, EGraphEnvironment, MCTSOptions, MCTSScheduler
+from relay_eqsat.search.tensat import TensatScheduler
+
+# The paper's running example (a*2)/2, on tensors: strength reduction x*2 -> x+x
+# is the tempting rule; re-association plus x*(y/y) -> x reaches `a`.
+TOY_RULES = parse_rules('''
+rule strength-reduce
+  lhs (multiply ?x (constant :name "two"))
+  rhs (add ?x ?x)
+rule mul-comm
+  lhs (multiply ?x ?y)
+  rhs (multiply ?y ?x)
+rule mul-div-assoc
+  lhs (divide (multiply ?x ?y) ?z)
+  rhs (multiply ?x (divide ?y ?z))
+rule mul-self-div
+  lhs (multiply ?x (divide ?y ?y))
+  rhs ?x
+''', "toy")
+
+
+def size_cost(op, attrs, input_types, out_type, const):
+    return 1.0
+
+
+def toy_egraph():
+    g = TensorGraph()
+    a = g.var("a", (4,))
+    two = g.const(np.full(4, 2, "float32"), "two")
+    g.set_output(g.add("divide", (g.add("multiply", (a, two)), two)))
+    eg = EGraph()
+    return eg, eg.add_graph(g)
+
+
+def extracted(eg, root):
+    problem = eg.to_problem(size_cost, [root])
+    sol = get_extractor("greedy-ocf").solve(problem)
+    return sol.cost, eg.build_graph(sol.choice, problem.roots[0], problem)
+
+
+def run_mcts(seed=0, budget=16, node_limit=10):
+    eg, root = toy_egraph()
+    opts = MCTSOptions(budget=budget, seed=seed, progress=False)
+    rep = MCTSScheduler(opts, root=root).run(eg, TOY_RULES, Limits(node_limit=node_limit), size_cost)
+    return eg, root, rep
+
+
+def test_fixed_order_misses_a_under_the_node_limit():
+    eg, root = toy_egraph()
+    rep = TensatScheduler().run(eg, TOY_RULES, Limits(node_limit=10))
+    assert rep.stop_reason == "node_limit"
+    assert extracted(eg, root)[0] == 4.0  # still (a*2)/2 or an equally large form
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_mcts_finds_a(seed):
+    eg, root, rep = run_mcts(seed)
+    cost, graph = extracted(eg, root)
+    assert cost == 1.0
+    out = graph[graph.output]
+    assert out.op == "var" and out.attrs["name"] == "a"
+    assert eg.num_nodes <= 10
+    assert rep.info["final_cost"] == 1.0 and rep.info["initial_cost"] == 4.0
+    # the rewrite that enables the cancellation is chosen before the cancellation
+    applied = rep.info["applied"]
+    assert applied.index("mul-div-assoc") < applied.index("mul-self-div")
+
+
+def test_same_seed_same_result():
+    runs = [run_mcts(seed=7, budget=8) for _ in range(2)]
+    assert runs[0][2].info["applied"] == runs[1][2].info["applied"]
+    assert runs[0][0].fingerprint() == runs[1][0].fingerprint()
+
+
+def test_blacklist_prunes_rules_whose_pattern_is_absent():
+    eg, root = toy_egraph()
+    env = EGraphEnvironment(TOY_RULES, root, size_cost, Limits(node_limit=10))
+    names = [r.name for r in TOY_RULES]
+    mcts = MCTS(env, MCTSOptions(budget=8, seed=0, progress=False))
+    node = mcts._node(eg.copy(), None, None)
+    # nothing of the form x*(y/y) exists yet
+    assert node.blacklist == {names.index("mul-self-div")}
+    mcts.search(node, 8, float("inf"))
+    assert names.index("mul-self-div") not in node.children
+    # after re-association the cancellation becomes applicable in that child
+    child = node.children[names.index("mul-div-assoc")]
+    assert names.index("mul-self-div") not in child.blacklist
+
+
+def test_saturated_children_are_never_revisited():
+    eg, root = toy_egraph()
+    env = EGraphEnvironment(TOY_RULES, root, size_cost, Limits(node_limit=100))
+    mcts = MCTS(env, MCTSOptions(budget=64, seed=1, progress=False))
+    node = mcts._node(eg.copy(), None, None)
+    mcts.search(node, 64, float("inf"))
+
+    def walk(n):
+        for c in n.children.values():
+            if c.saturated:
+                assert c.visits == 0 and not c.children
+            walk(c)
+    walk(node)
+
+
+def test_budget_one_is_sequential_saturation():
+    """Budget 1: no look-ahead, one rule at a time; with room to saturate it
+    reaches the same program as TENSAT's saturation."""
+    eg, root, rep = run_mcts(seed=0, budget=1, node_limit=1000)
+    assert rep.stop_reason == "saturated"
+    assert all(h["visits"] == 1 for h in rep.info["history"])
+    # one tree iteration per applied rule, plus the last one that found nothing left to change
+    assert rep.info["mcts_iterations"] == len(rep.info["history"]) + 1
+    ref, ref_root = toy_egraph()
+    TensatScheduler().run(ref, TOY_RULES, Limits(node_limit=1000))
+    assert extracted(eg, root)[0] == extracted(ref, ref_root)[0] == 1.0
+
+
+def test_mcts_result_is_numerically_equal():
+    eg, root, _ = run_mcts(seed=3)
+    _, graph = extracted(eg, root)
+    a = np.random.default_rng(0).standard_normal(4).astype("float32")
+    g0 = TensorGraph()
+    x = g0.var("a", (4,))
+    two = g0.const(np.full(4, 2, "float32"), "two")
+    g0.set_output(g0.add("divide", (g0.add("multiply", (x, two)), two)))
+    np.testing.assert_allclose(graph.evaluate({"a": a}), g0.evaluate({"a": a}), rtol=1e-6)
+
+
+def test_needs_a_cost():
+    eg, root = toy_egraph()
+    with pytest.raises(ValueError, match="cost"):
+        MCTSScheduler(root=root).run(eg, TOY_RULES, Limits(node_limit=10))

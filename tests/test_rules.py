@@ -1,0 +1,282 @@
+"""The rule language, the TENSAT loader, and numerical verification of every shipped rule.
+
+For each rule and each of its ``example`` bindings, the verifier builds the
+source patterns as a concrete TensorGraph (leaves with the example shapes;
+constants where the rule requires them), checks that the e-matcher finds the
+match with its preconditions true, instantiates the targets with the very
+code the e-graph uses, and compares both sides on random inputs.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from relay_eqsat import ops
+from relay_eqsat.egraph import EGraph
+from relay_eqsat.graph import Attrs, TensorGraph
+from relay_eqsat.rules import (
+    Matcher,
+    RuleSyntaxError,
+    apply_matches,
+    load_rules,
+    load_tensat,
+    parse_rules,
+    shipped_rule_files,
+)
+
+SHIPPED = [(f, r) for f in shipped_rule_files() for r in load_rules(f)]
+
+
+def _instantiate_lhs(rule, example, rng):
+    """Build the rule's source patterns as a TensorGraph; returns (graph, roots)."""
+    g = TensorGraph()
+    nodes: dict[str, int] = {}
+    whole: dict[str, dict] = {}
+
+    # whole-attribute variables: literals of every node sharing them + example overrides
+    def collect(t):
+        if t[0] == "var":
+            return
+        _, op, literals, avars, w, kids, bind = t
+        if w is not None:
+            d = whole.setdefault(w, {})
+            d.update(literals)
+            for key, name in avars:
+                if name in example:
+                    d[key] = example[name]
+        for k in kids:
+            collect(k)
+
+    for t in rule.lhs:
+        collect(t)
+    for key, value in example.items():
+        if "." in key:
+            var, attr = key.split(".", 1)
+            whole.setdefault(var, {})[attr] = value
+
+    def build(t):
+        if t[0] == "var":
+            name = t[1]
+            if name in nodes:
+                return nodes[name]
+            if name not in example:
+                raise AssertionError(f"example does not give a shape for {name}")
+            shape = example[name]
+            if name in rule.const_vars:
+                nid = g.const(rng.standard_normal(shape).astype("float32"), name=name.lstrip("?"))
+            else:
+                nid = g.var(name.lstrip("?"), shape)
+            nodes[name] = nid
+            return nid
+        _, op, literals, avars, w, kids, bind = t
+        inputs = [build(k) for k in kids]
+        attrs = dict(whole.get(w, {})) if w is not None else {}
+        attrs.update(literals)
+        for key, name in avars:
+            if name in example:
+                attrs[key] = example[name]
+        attrs = ops.normalize_attrs(op, attrs, [g[i].type for i in inputs])
+        nid = g.add(op, inputs, attrs)
+        if bind is not None:
+            nodes[bind] = nid
+        return nid
+
+    roots = [build(t) for t in rule.lhs]
+    return g, roots
+
+
+def _verify(rule, example, seed=0):
+    rng = np.random.default_rng(seed)
+    g, roots = _instantiate_lhs(rule, example, rng)
+    out = g.add("tuple", roots) if len(roots) > 1 else roots[0]
+    g.set_output(out)
+
+    # the matcher finds the match, with compatible shared variables, and the preconditions hold
+    eg = EGraph()
+    mapping: list[int] = []
+    eg.add_graph(g, mapping)
+    matcher = Matcher([rule])
+    envs = matcher.matches(rule, matcher.search(eg))
+    want = [mapping[r] for r in roots]
+    envs = [e for e in envs if [e[("root", i)] for i in range(len(roots))] == want]
+    assert envs, f"{rule.name}: the source pattern does not match its own instance"
+    good = [e for e in envs if rule.check(rule.decode(e), eg.class_type, eg.class_const)]
+    assert good, f"{rule.name}: preconditions false on the example"
+    raw = good[0]
+
+    # targets built with the e-graph's instantiation code, on graph nodes
+    class_to_node = {}
+    for nid, c in enumerate(mapping):
+        class_to_node.setdefault(eg.find(c), nid)
+    env = rule.decode(raw)
+    env = {k: (class_to_node[eg.find(v)] if rule.kinds.get(k) == "class" else v) for k, v in env.items()}
+    const = lambda h: g.is_constant()[h]
+    outs = rule.instantiate(env, lambda h: g[h].type, const, lambda op, a, kids: g.add(op, kids, a))
+    inputs = g.random_inputs(seed)
+    for lhs_root, rhs_root in zip(roots, outs):
+        assert g[lhs_root].type == g[rhs_root].type, rule.name
+        g.set_output(lhs_root)
+        a = g.evaluate(inputs)
+        g.set_output(rhs_root)
+        b = g.evaluate(inputs)
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5, err_msg=rule.name)
+
+    # the same application inside the e-graph keeps types consistent and merges the roots
+    fired = apply_matches(eg, rule, [raw])
+    eg.rebuild()
+    assert fired == 1 or all(eg.find(mapping[r]) == eg.find(mapping[r]) for r in roots)
+    return True
+
+
+@pytest.mark.parametrize("fname,rule", SHIPPED, ids=[f"{f}:{r.name}" for f, r in SHIPPED])
+def test_shipped_rule_is_numerically_valid(fname, rule):
+    assert rule.examples, f"{fname}: rule {rule.name} has no example binding and cannot be verified"
+    for i, ex in enumerate(rule.examples):
+        assert _verify(rule, ex, seed=i)
+
+
+def test_every_shipped_rule_verified():
+    """Meta-test: every shipped rule has examples, and all of them verify."""
+    assert len(SHIPPED) >= 20
+    names = [r.name for _, r in SHIPPED]
+    assert len(names) == len(set(names)), "rule names must be unique"
+    unverified = []
+    for fname, rule in SHIPPED:
+        try:
+            ok = bool(rule.examples) and all(_verify(rule, ex, i) for i, ex in enumerate(rule.examples))
+        except Exception as e:  # noqa: BLE001 - reported below
+            ok = False
+            print(rule.name, e)
+        if not ok:
+            unverified.append(rule.name)
+    assert not unverified, f"unverified rules: {unverified}"
+
+
+def test_shipped_rules_cover_the_categories():
+    names = {r.name for _, r in SHIPPED}
+    multi = {r.name for _, r in SHIPPED if r.multi}
+    assert {"dense-merge", "conv-merge", "matmul-merge-rhs", "batch-matmul-merge", "grouped-conv-merge"} <= multi
+    assert {"conv-enlarge-1x1", "matmul-assoc", "mul-distrib-add", "transpose-transpose",
+            "relu-over-concat", "relu-over-split", "split-concat-0", "concat-split"} <= names
+
+
+# -- the language ------------------------------------------------------------
+
+def test_parse_errors_are_reported():
+    with pytest.raises(RuleSyntaxError):
+        parse_rules("rule r\n  lhs (nope ?x)\n  rhs ?x\n")
+    with pytest.raises(RuleSyntaxError):
+        parse_rules("rule r\n  lhs (nn.relu ?x)\n  rhs ?y\n")
+    with pytest.raises(RuleSyntaxError):
+        parse_rules("rule r\n  lhs (nn.relu ?x) ; (nn.relu ?y)\n  rhs ?x\n")
+    with pytest.raises(RuleSyntaxError):
+        parse_rules("rule r\n  lhs ?x\n  rhs ?x\n")
+    with pytest.raises(RuleSyntaxError):
+        parse_rules("rule a\n lhs (nn.relu ?x)\n rhs ?x\nrule a\n lhs (nn.relu ?x)\n rhs ?x\n")
+
+
+def test_comments_continuations_and_multi_line_clauses():
+    rules = parse_rules("""
+    # leading comment
+    rule r1   # trailing comment
+      lhs (add ?a
+               ?b)        # continues while brackets are open
+      rhs (add ?b ?a)
+      example ?a [2] ?b [2]
+    """)
+    assert len(rules) == 1 and rules[0].name == "r1"
+    assert rules[0].lhs_text == ["(add ?a ?b)"]
+
+
+def test_canonicalization_shares_patterns_up_to_renaming():
+    rules = parse_rules("""
+    rule a
+      lhs (nn.dense ?x ?w1 :* ?p) ; (nn.dense ?x ?w2 :* ?p)
+      rhs ?w1 ; ?w2
+    rule b
+      lhs (nn.dense ?u ?v :* ?q)
+      rhs ?u
+    """)
+    m = Matcher(rules)
+    assert len(m.programs) == 1
+
+
+def test_attribute_expressions_and_shape_check_skip():
+    eg = EGraph()
+    g = TensorGraph()
+    x = g.var("x", [2, 4])
+    w1 = g.const(np.ones((3, 4), "float32"), "w1")
+    w2 = g.const(np.ones((5, 4), "float32"), "w2")
+    y1 = g.add("nn.dense", [x, w1], {"out_dtype": ""})
+    y2 = g.add("nn.dense", [x, w2], {"out_dtype": ""})
+    g.set_output(g.add("tuple", [y1, y2]))
+    eg.add_graph(g)
+    (rule,) = [r for r in load_rules() if r.name == "dense-merge"]
+    m = Matcher([rule])
+    envs = m.matches(rule, m.search(eg))
+    assert len(envs) == 2  # (y1, y2) and (y2, y1); never a dense with itself
+    before = eg.num_nodes
+    assert apply_matches(eg, rule, envs) == 2
+    eg.rebuild()
+    assert eg.num_nodes > before
+    # a rule whose target cannot type-check is skipped without adding anything
+    bad = parse_rules("""
+    rule bad
+      lhs (nn.dense ?x ?w :* ?a)
+      rhs (nn.dense ?x (concatenate ?w ?x :axis 1) :* ?a)
+    """)[0]
+    m = Matcher([bad])
+    n = eg.num_nodes
+    assert apply_matches(eg, bad, m.matches(bad, m.search(eg))) == 0
+    assert eg.num_nodes == n
+
+
+# -- TENSAT's format -----------------------------------------------------------
+
+TENSAT_SINGLE = """\
+(matmul 0 (matmul 0 ?input_1 ?input_4) ?input_5)=>(matmul 0 ?input_1 (matmul 0 ?input_4 ?input_5))
+(ewadd ?input_1 ?input_2)=>(ewadd ?input_2 ?input_1)
+(ewmul ?input_1 (ewadd ?input_2 ?input_3))=>(ewadd (ewmul ?input_1 ?input_2) (ewmul ?input_1 ?input_3))
+(relu (conv2d 1 1 0 0 ?input_7 ?input_19))=>(conv2d 1 1 0 2 ?input_7 ?input_19)
+(conv2d 1 1 0 2 (conv2d 1 1 0 0 ?input_7 ?input_10) (Iconv 3 3))=>(conv2d 1 1 0 2 ?input_7 ?input_10)
+(poolavg 3 3 1 1 0 (relu ?input_7))=>(relu ?input_7)
+"""
+
+TENSAT_MULTI = """\
+(matmul 0 ?input_1 ?input_4)=>(split_0 (split 1 (matmul 0 ?input_1 (concat 1 2 ?input_4 ?input_5))))
+(matmul 0 ?input_1 ?input_5)=>(split_1 (split 1 (matmul 0 ?input_1 (concat 1 2 ?input_4 ?input_5))))
+(conv2d 1 1 0 0 ?input_7 ?input_10)=>(split_0 (split 1 (conv2d 1 1 0 0 ?input_7 (concat 0 4 ?input_10 ?input_11))))
+(conv2d 1 1 0 0 ?input_7 ?input_11)=>(split_1 (split 1 (conv2d 1 1 0 0 ?input_7 (concat 0 4 ?input_10 ?input_11))))
+(relu ?input_1)=>(split_0 (split 0 (relu (concat 0 2 ?input_1 ?input_2))))
+(relu ?input_2)=>(split_1 (split 0 (relu (concat 0 2 ?input_1 ?input_2))))
+"""
+
+
+def test_tensat_single_rules_map_or_are_skipped_with_reason():
+    rules, skipped = load_tensat(TENSAT_SINGLE)
+    assert len(rules) == 4
+    assert len(skipped) == 2 and all(s.reason for s in skipped)
+    assert any("Iconv" in s.reason for s in skipped)
+    examples = [
+        {"?input_1": (2, 3), "?input_4": (3, 4), "?input_5": (4, 5)},
+        {"?input_1": (2, 3), "?input_2": (2, 3)},
+        {"?input_1": (2, 3), "?input_2": (2, 3), "?input_3": (2, 3)},
+        None,
+    ]
+    for rule, ex in zip(rules, examples):
+        if ex is not None:
+            assert _verify(rule, ex)
+    # relu(conv SAME) => conv with fused relu: on our ops both sides are relu(conv)
+    conv_rule = rules[3]
+    ex = {"?input_7": (1, 2, 5, 5), "?input_19": (3, 2, 3, 3), "?ca0.padding": (1, 1, 1, 1)}
+    assert _verify(conv_rule, ex)
+
+
+def test_tensat_multi_rules_pair_lines_and_verify():
+    rules, skipped = load_tensat(TENSAT_MULTI, multi=True)
+    assert not skipped, skipped
+    assert len(rules) == 3 and all(r.multi for r in rules)
+    assert _verify(rules[0], {"?input_1": (2, 3), "?input_4": (3, 4), "?input_5": (3, 6)})
+    assert _verify(rules[1], {"?input_7": (1, 2, 5, 5), "?input_10": (3, 2, 3, 3), "?input_11": (4, 2, 3, 3),
+                              "?ca0.padding": (1, 1, 1, 1), "?ca1.padding": (1, 1, 1, 1)})
+    assert _verify(rules[2], {"?input_1": (2, 3), "?input_2": (4, 3)})
