@@ -1,1 +1,38 @@
-"""relay_eqsat.cost"""
+"""relay_eqsat.cost: operator and graph costs for the extractors and the search.
+
+``make_cost_model(kind, target, db)`` gives a ``CostModel``:
+
+- ``auto``: cached measurement, else the learned model's prediction, else the roofline
+- ``measured``: cached measurement, else measure now with TVM (slow; for final decisions)
+- ``learned``: the XGBoost prediction only
+- ``analytic``: the roofline only
+
+Modules: ``base`` (CostModel, fusion rule, graph cost), ``analytic`` (roofline),
+``cache`` (sqlite), ``measure`` (TVM/PyTorch timing in a worker process),
+``learned`` (XGBoost), ``instance`` (op instances and cache keys), ``cli``
+(the ``relay-eqsat measure`` subcommand). Nothing here imports TVM; only the
+measuring worker process does.
+"""
+from __future__ import annotations
+
+from .analytic import AnalyticModel
+from .base import KINDS, CostModel, FitReport, FusionRule, fit_fusion, fusion_class
+from .cache import CostCache, default_db_path
+from .instance import OpInstance, instances_from_graph
+from .learned import LearnedCostModel, TrainReport
+from .measure import BackendUnavailable, MeasureConfig, Measurer, MeasureResult
+
+__all__ = [
+    "AnalyticModel", "BackendUnavailable", "CostCache", "CostModel", "FitReport", "FusionRule", "KINDS",
+    "LearnedCostModel", "MeasureConfig", "MeasureResult", "Measurer", "OpInstance", "TrainReport",
+    "default_db_path", "fit_fusion", "fusion_class", "instances_from_graph", "make_cost_model",
+]
+
+
+def make_cost_model(kind: str = "auto", target=None, db=None, **options) -> CostModel:
+    """A CostModel of ``kind`` for ``target`` (default: the host CPU) reading the
+    cost database ``db`` (default: ``$RELAY_EQSAT_COST_DB`` or the user cache).
+
+    ``options`` go to ``CostModel`` (backend, learned, analytic, fusion, measure_config).
+    """
+    return CostModel(kind=kind, target=target, cache=db, **options)

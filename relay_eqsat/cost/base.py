@@ -1,0 +1,357 @@
+"""The cost model the extractors minimize: per-node seconds that track TVM's build.
+
+``CostModel.op_cost(op, attrs, input_types, out_type, all_inputs_constant)``
+is a node's cost in seconds; ``node_cost`` is the same callable, in the
+signature the e-graph's ``to_problem(node_cost, roots)`` expects; and
+``graph_cost(graph)`` is the sum over a graph's live nodes, the quantity every
+extractor minimizes.
+
+A node's cost starts from its *kernel time*: the time of the op built and run
+alone, from the cache (measured), the learned model (predicted) or the
+roofline (analytic), as the model's ``kind`` says:
+
+- ``auto``: cache hit, else prediction, else analytic
+- ``measured``: cache hit, else measure now (and cache), else as ``auto``
+- ``learned``: prediction (an error at construction if no model exists)
+- ``analytic``: roofline only
+
+It then follows what TVM's build does with the node (``FusionRule``):
+
+- graph-level ops (var, constant, tuple, tuple_get_item) cost 0;
+- a node whose inputs are all constant costs 0: ``FoldConstant`` computes it
+  at build time;
+- an opaque node costs the memory traffic of its inputs and output (analytic):
+  it never changes, so only consistency matters;
+- *anchors* (conv2d, dense, matmuls, pools, reductions, softmax, layer_norm):
+  ``anchor × kernel``;
+- element-wise and broadcast ops (with bias_add and batch_norm, which TVM
+  turns into a scale-and-shift) fuse into their producer's kernel, so they do
+  not pay a memory round trip: ``fused × kernel + fused_read × kernel ×
+  extra_share``, where ``extra_share`` is the share of the op's traffic that
+  comes from operands other than its largest one (a residual add still reads
+  its second tensor; a relu or a bias add reads next to nothing new);
+- injective ops (transpose, reshape, concatenate, split, strided_slice, pad)
+  often fuse with their neighbours but not always: ``injective × kernel``.
+
+The extractors need a sum of per-node costs, and a node's cost cannot depend
+on which producer the extractor picks, so fusion is an expected discount per
+op class rather than a decision per edge. Every weight is a coefficient of a
+linear model of whole-graph time, so ``fit_fusion`` fits them (non-negative
+least squares on relative error) against measured whole-graph runtimes.
+"""
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import asdict, dataclass, replace
+from typing import Sequence
+
+import numpy as np
+
+from ..graph import Attrs, TensorGraph, TensorType, Type
+from .analytic import AnalyticModel, type_bytes
+from .cache import CostCache
+from .instance import GRAPH_LEVEL_OPS, OpInstance
+
+KINDS = ("auto", "measured", "learned", "analytic")
+
+# Ops whose fusion class differs from their operator-table pattern.
+FUSION_OVERRIDES = {"nn.batch_norm": "fused", "nn.bias_add": "fused"}
+
+
+def fusion_class(op: str) -> str:
+    """``free``, ``opaque``, ``fused`` (element-wise/broadcast), ``injective`` or ``anchor``."""
+    from .. import ops
+
+    if op in GRAPH_LEVEL_OPS:
+        return "free"
+    if op == "opaque":
+        return "opaque"
+    if op in FUSION_OVERRIDES:
+        return FUSION_OVERRIDES[op]
+    pattern = ops.OPS[op].pattern if op in ops.OPS else "opaque"
+    if pattern in ("elemwise", "broadcast"):
+        return "fused"
+    if pattern == "injective":
+        return "injective"
+    return "anchor"
+
+
+def extra_read_share(input_types: Sequence[Type], out_type: Type) -> float:
+    """Bytes of every operand but the largest, over all bytes read and written."""
+    sizes = [type_bytes(t) for t in input_types]
+    total = sum(sizes) + type_bytes(out_type)
+    if not sizes or total == 0:
+        return 0.0
+    return (sum(sizes) - max(sizes)) / total
+
+
+@dataclass(frozen=True)
+class FusionRule:
+    """Weights of the node-cost terms (see the module docstring)."""
+
+    anchor: float = 1.0
+    fused: float = 0.15
+    fused_read: float = 1.0
+    injective: float = 0.5
+    opaque: float = 1.0
+
+    TERMS = ("anchor", "fused", "fused_read", "injective", "opaque")
+
+    def weights(self) -> np.ndarray:
+        return np.array([getattr(self, t) for t in self.TERMS])
+
+
+@dataclass
+class FitReport:
+    """What ``fit_fusion`` found: the rule and the whole-graph errors before and after."""
+
+    rule: FusionRule
+    before_mean_ape: float
+    after_mean_ape: float
+    after_max_ape: float
+    n_graphs: int
+
+    def __str__(self) -> str:
+        w = ", ".join(f"{k}={v:.3g}" for k, v in asdict(self.rule).items())
+        return (f"fusion rule fit on {self.n_graphs} graphs: {w}; whole-graph mean abs error "
+                f"{100 * self.before_mean_ape:.1f}% -> {100 * self.after_mean_ape:.1f}% "
+                f"(max {100 * self.after_max_ape:.1f}%)")
+
+
+class CostModel:
+    """Per-node and whole-graph costs in seconds for one target."""
+
+    def __init__(self, kind: str = "auto", target=None, backend: str | None = None,
+                 cache: CostCache | str | None = None, learned=None, analytic: AnalyticModel | None = None,
+                 fusion: FusionRule | None = None, measure_config=None):
+        """``learned``: a LearnedCostModel, a model file path, None (find one) or False (none).
+        ``cache``: a CostCache or a database path (None: the default database).
+        ``fusion``: the FusionRule; None: the one fitted with the learned model, else defaults."""
+        from .learned import LearnedCostModel, load_model
+        from .measure import BackendUnavailable, resolve_target, select_backend
+
+        if kind not in KINDS:
+            raise ValueError(f"unknown cost model kind {kind!r} (one of {', '.join(KINDS)})")
+        self.kind = kind
+        self.fusion = fusion or FusionRule()
+        self.measure_config = measure_config
+        self.cache: CostCache | None = None
+        self.learned: LearnedCostModel | None = None
+        self._measurer = None
+        if kind == "analytic":
+            self.target = str(target) if target is not None else None
+            self.backend = backend
+        else:
+            self.cache = cache if isinstance(cache, CostCache) else CostCache(cache)
+            self.target = resolve_target(target, self.cache)
+            if backend is None:
+                try:
+                    backend = select_backend(self.target)
+                except BackendUnavailable:
+                    if kind == "measured":
+                        raise
+                    backend = None  # read cached rows of any backend of this target
+            self.backend = backend
+            if isinstance(learned, LearnedCostModel):
+                self.learned = learned
+            elif learned is not None and learned is not False:
+                self.learned = LearnedCostModel.load(learned)
+            elif learned is None:
+                self.learned = load_model(self.target, self.backend)
+            if kind == "learned" and self.learned is None:
+                raise ValueError(f"no learned cost model for target {self.target!r} (backend "
+                                 f"{self.backend}); run `relay-eqsat measure --target ...` to train one")
+        if fusion is None and self.learned is not None and self.learned.meta.get("fusion"):
+            self.fusion = FusionRule(**self.learned.meta["fusion"])  # fitted with the model
+        self.analytic = analytic or AnalyticModel.for_target(self.target)
+        self.sources: Counter = Counter()  # where kernel times came from
+        self._kernel: dict[tuple, float] = {}
+        self._table: dict[tuple, float] | None = None
+
+    # -- kernel times ---------------------------------------------------------------
+    def _cached(self, inst: OpInstance) -> float | None:
+        if self.cache is None or self.kind == "learned":
+            return None
+        if self._table is None:
+            self._table = self.cache.lookup_table(self.target, self.backend)
+        return self._table.get(inst.key())
+
+    def _measure(self, inst: OpInstance) -> float | None:
+        from .measure import Measurer
+
+        if self._measurer is None:
+            self._measurer = Measurer(self.target, self.backend, self.measure_config, self.cache)
+        (res,) = self._measurer.measure_many([inst], progress=False) or [None]
+        if res is not None and res.ok:
+            if self._table is not None:
+                self._table[inst.key()] = res.seconds
+            return res.seconds
+        return None
+
+    def kernel_cost(self, op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type) -> float:
+        """Seconds of ``op`` built and run alone (no fusion, no folding)."""
+        key = (op, attrs, tuple(input_types), out_type)
+        t = self._kernel.get(key)
+        if t is not None:
+            return t
+        t, source = None, None
+        measurable = all(isinstance(x, TensorType) for x in input_types)
+        if measurable and self.kind != "analytic":
+            inst = OpInstance(op, attrs, tuple(input_types), out_type)
+            if self.kind != "learned":
+                t = self._cached(inst)
+                source = "cache"
+            if t is None and self.kind == "measured":
+                t = self._measure(inst)
+                source = "measured"
+            if t is None and self.learned is not None:
+                t = self.learned.predict_one(op, attrs, input_types, out_type)
+                source = "learned"
+        if t is None:
+            t = self.analytic.kernel_cost(op, attrs, input_types, out_type)
+            source = "analytic"
+        self.sources[source] += 1
+        self._kernel[key] = t
+        return t
+
+    def prefetch(self, instances: Sequence[OpInstance]) -> None:
+        """Fill kernel times for many instances at once (one batched prediction)."""
+        todo = [i for i in instances if (i.op, i.attrs, i.input_types, i.out_type) not in self._kernel]
+        if self.kind in ("auto", "measured"):
+            todo = [i for i in todo if self._cached(i) is None]
+        if self.kind == "measured" or self.learned is None or not todo:
+            return
+        for inst, t in zip(todo, self.learned.predict(todo)):
+            self._kernel[(inst.op, inst.attrs, inst.input_types, inst.out_type)] = float(t)
+            self.sources["learned"] += 1
+
+    # -- node and graph costs ------------------------------------------------------------
+    def cost_terms(self, op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type,
+                   all_inputs_constant: bool = False) -> np.ndarray:
+        """The node's unweighted terms, in ``FusionRule.TERMS`` order (cost = terms · weights)."""
+        terms = np.zeros(len(FusionRule.TERMS))
+        cls = fusion_class(op)
+        if cls == "free" or (all_inputs_constant and cls != "opaque" and len(input_types) > 0):
+            return terms
+        if cls == "opaque":
+            nbytes = sum(type_bytes(t) for t in input_types) + type_bytes(out_type)
+            terms[4] = self.analytic.roofline(0, nbytes)
+            return terms
+        k = self.kernel_cost(op, attrs, input_types, out_type)
+        if cls == "anchor":
+            terms[0] = k
+        elif cls == "fused":
+            terms[1] = k
+            terms[2] = k * extra_read_share(input_types, out_type)
+        else:
+            terms[3] = k
+        return terms
+
+    def op_cost(self, op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type,
+                all_inputs_constant: bool = False) -> float:
+        """Seconds this node adds to the graph, fusion and constant folding included."""
+        cls = fusion_class(op)
+        if cls == "free" or (all_inputs_constant and cls != "opaque" and len(input_types) > 0):
+            return 0.0
+        f = self.fusion
+        if cls == "opaque":
+            nbytes = sum(type_bytes(t) for t in input_types) + type_bytes(out_type)
+            return f.opaque * self.analytic.roofline(0, nbytes)
+        k = self.kernel_cost(op, attrs, input_types, out_type)
+        if cls == "anchor":
+            return f.anchor * k
+        if cls == "fused":
+            return k * (f.fused + f.fused_read * extra_read_share(input_types, out_type))
+        return f.injective * k
+
+    def node_cost(self, op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type,
+                  all_inputs_constant: bool = False) -> float:
+        """``op_cost`` in the signature of the e-graph's ``to_problem(node_cost, roots)``."""
+        return self.op_cost(op, attrs, input_types, out_type, all_inputs_constant)
+
+    __call__ = node_cost
+
+    def _graph_nodes(self, graph: TensorGraph):
+        const = graph.is_constant()
+        for i in graph.reachable():
+            n = graph.nodes[i]
+            ins = [graph.nodes[j].type for j in n.inputs]
+            all_const = bool(n.inputs) and all(const[j] for j in n.inputs)
+            yield n, ins, all_const
+
+    def graph_terms(self, graph: TensorGraph) -> np.ndarray:
+        """Sum of the live nodes' unweighted terms (the row ``fit_fusion`` regresses on)."""
+        total = np.zeros(len(FusionRule.TERMS))
+        for n, ins, all_const in self._graph_nodes(graph):
+            total += self.cost_terms(n.op, n.attrs, ins, n.type, all_const)
+        return total
+
+    def graph_cost(self, graph: TensorGraph) -> float:
+        """Seconds of the whole graph: the sum of its live nodes' costs (shared nodes once)."""
+        return float(sum(self.op_cost(n.op, n.attrs, ins, n.type, c) for n, ins, c in self._graph_nodes(graph)))
+
+    def close(self) -> None:
+        """Stop a measuring worker, if one was started."""
+        if self._measurer is not None:
+            self._measurer.close()
+            self._measurer = None
+
+    def __repr__(self) -> str:
+        return (f"CostModel(kind={self.kind!r}, target={self.target!r}, backend={self.backend!r}, "
+                f"learned={'yes' if self.learned is not None else 'no'})")
+
+
+def _nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """min ||Ax - b|| subject to x >= 0, by trying every support (few columns)."""
+    k = A.shape[1]
+    best, best_err = np.zeros(k), float(np.sum(b ** 2))
+    for r in range(1, k + 1):
+        for support in itertools.combinations(range(k), r):
+            cols = list(support)
+            x_s, *_ = np.linalg.lstsq(A[:, cols], b, rcond=None)
+            if np.any(x_s < 0):
+                continue
+            x = np.zeros(k)
+            x[cols] = x_s
+            err = float(np.sum((A @ x - b) ** 2))
+            if err < best_err - 1e-15:
+                best, best_err = x, err
+    return best
+
+
+def fit_fusion(model: CostModel, samples: Sequence[tuple[TensorGraph, float]],
+               fit: Sequence[str] = ("anchor", "fused", "fused_read", "injective"),
+               prior_strength: float = 0.01) -> FitReport:
+    """Fit the FusionRule weights named in ``fit`` to measured whole-graph seconds.
+
+    Minimizes the sum of squared relative errors of ``graph_cost`` over the
+    (graph, measured seconds) samples, plus ``prior_strength`` times the squared
+    relative change of each fitted weight from the model's current one (so a
+    few graphs cannot drive a weight to a degenerate value), weights
+    non-negative; the other weights keep their values. Returns the report; the
+    model is not changed (``model.fusion = report.rule`` adopts it).
+    """
+    if not samples:
+        raise ValueError("no graphs to fit on")
+    names = FusionRule.TERMS
+    idx = [names.index(t) for t in fit]
+    rows = np.stack([model.graph_terms(g) for g, _ in samples])
+    y = np.array([s for _, s in samples], dtype=np.float64)
+    if not np.all(y > 0):
+        raise ValueError("measured seconds must be positive")
+    w0 = model.fusion.weights()
+    before = np.abs(rows @ w0 / y - 1.0)
+    fixed = [i for i in range(len(names)) if i not in idx]
+    A = rows[:, idx] / y[:, None]
+    b = 1.0 - rows[:, fixed] @ w0[fixed] / y
+    if prior_strength > 0:
+        scale = np.sqrt(prior_strength) / np.maximum(w0[idx], 1e-3)
+        A = np.vstack([A, np.diag(scale)])
+        b = np.concatenate([b, scale * w0[idx]])
+    x = _nnls(A, b)
+    w = w0.copy()
+    w[idx] = x
+    rule = replace(model.fusion, **{names[i]: float(w[i]) for i in idx})
+    after = np.abs(rows @ w / y - 1.0)
+    return FitReport(rule, float(before.mean()), float(after.mean()), float(after.max()), len(samples))

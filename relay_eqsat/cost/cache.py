@@ -1,0 +1,246 @@
+"""The persistent operator-cost cache: an sqlite database shared by every process.
+
+Rows are keyed by (op, canonical attrs, input shapes, dtype, target, backend)
+and hold the median seconds of a measurement, the number of timed repeats and
+when it was taken. Failed measurements (a build error, a crash, a timeout) go
+to a separate table so that a batch does not retry them forever.
+
+The default location is ``<user cache dir>/relay-eqsat/costs.sqlite``
+(platformdirs), overridden by the ``path`` argument or the
+``RELAY_EQSAT_COST_DB`` environment variable. The database runs in WAL mode
+with a busy timeout, and every write is one short ``INSERT OR REPLACE``
+transaction, so several processes (a measuring batch, a search reading
+costs) share it safely, and an interrupted run keeps every row it committed.
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from .instance import OpInstance
+
+ENV_DB = "RELAY_EQSAT_COST_DB"
+APP_NAME = "relay-eqsat"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS costs (
+    op TEXT NOT NULL, attrs TEXT NOT NULL, shapes TEXT NOT NULL, dtype TEXT NOT NULL,
+    target TEXT NOT NULL, backend TEXT NOT NULL,
+    out_type TEXT NOT NULL, seconds REAL NOT NULL, repeats INTEGER NOT NULL, timestamp REAL NOT NULL,
+    PRIMARY KEY (op, attrs, shapes, dtype, target, backend));
+CREATE TABLE IF NOT EXISTS failures (
+    op TEXT NOT NULL, attrs TEXT NOT NULL, shapes TEXT NOT NULL, dtype TEXT NOT NULL,
+    target TEXT NOT NULL, backend TEXT NOT NULL,
+    out_type TEXT NOT NULL, error TEXT NOT NULL, timestamp REAL NOT NULL,
+    PRIMARY KEY (op, attrs, shapes, dtype, target, backend));
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+def cache_dir() -> Path:
+    """The user cache directory of relay-eqsat (platformdirs)."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir(APP_NAME))
+
+
+def default_db_path() -> Path:
+    """``$RELAY_EQSAT_COST_DB``, else ``<user cache dir>/relay-eqsat/costs.sqlite``."""
+    env = os.environ.get(ENV_DB)
+    if env:
+        return Path(env).expanduser()
+    return cache_dir() / "costs.sqlite"
+
+
+def normalize_target(target) -> str:
+    """Canonical target text: the kind, then its options sorted (``llvm -mcpu=.. -mtriple=..``).
+
+    ``-keys=`` is dropped: TVM adds it when printing a Target (``-keys=cpu``),
+    so a Target object and the string it was made from give the same text.
+    """
+    parts = str(target).split()
+    if not parts:
+        raise ValueError("empty target")
+    return " ".join([parts[0]] + sorted(p for p in parts[1:] if not p.startswith("-keys=")))
+
+
+@dataclass(frozen=True)
+class CostRow:
+    """One cached measurement."""
+
+    instance: OpInstance
+    target: str
+    backend: str
+    seconds: float
+    repeats: int
+    timestamp: float
+
+
+class CostCache:
+    """An sqlite-backed cost cache (one connection per process, opened lazily)."""
+
+    def __init__(self, path: str | os.PathLike | None = None, timeout: float = 60.0):
+        self.path = Path(path).expanduser() if path is not None else default_db_path()
+        self.timeout = timeout
+        self._conn: sqlite3.Connection | None = None
+        self._pid: int | None = None
+        self._lock = threading.Lock()
+
+    # -- connection -----------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is not None and self._pid == os.getpid():
+            return self._conn
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(self.path), timeout=self.timeout, isolation_level=None,
+                               check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
+        self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL"))
+        conn.execute("PRAGMA synchronous=NORMAL")
+        self._retry(lambda: conn.executescript(_SCHEMA))
+        self._conn, self._pid = conn, os.getpid()
+        return conn
+
+    def _retry(self, fn):
+        """Run ``fn``, retrying 'database is locked' past sqlite's own busy handler."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def _write(self, *statements: tuple[str, tuple]) -> None:
+        """Run (sql, params) statements in one short immediate transaction."""
+        with self._lock:
+            conn = self._connect()
+
+            def tx():
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    for sql, params in statements:
+                        conn.execute(sql, params)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+
+            self._retry(tx)
+
+    def _query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        with self._lock:
+            conn = self._connect()
+            return self._retry(lambda: conn.execute(sql, params).fetchall())
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> "CostCache":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __getstate__(self):
+        return {"path": self.path, "timeout": self.timeout}
+
+    def __setstate__(self, state):
+        self.__init__(state["path"], state["timeout"])
+
+    # -- costs ----------------------------------------------------------------
+    def put(self, inst: OpInstance, target: str, backend: str, seconds: float, repeats: int,
+            timestamp: float | None = None) -> None:
+        """Store (or replace) a measurement; clears a recorded failure of the same key."""
+        if not seconds > 0:
+            raise ValueError(f"a measured time must be positive, got {seconds}")
+        target = normalize_target(target)
+        key = inst.key() + (target, backend)
+        ts = time.time() if timestamp is None else timestamp
+        self._write(("INSERT OR REPLACE INTO costs VALUES (?,?,?,?,?,?,?,?,?,?)",
+                     key + (inst.out_str, float(seconds), int(repeats), ts)),
+                    ("DELETE FROM failures WHERE op=? AND attrs=? AND shapes=? AND dtype=? "
+                     "AND target=? AND backend=?", key))
+
+    def get(self, inst: OpInstance, target: str, backend: str | None = None) -> CostRow | None:
+        """The cached row for ``inst`` on ``target`` (any backend when ``backend`` is None)."""
+        target = normalize_target(target)
+        sql = ("SELECT backend, seconds, repeats, timestamp FROM costs WHERE op=? AND attrs=? "
+               "AND shapes=? AND dtype=? AND target=?")
+        params = inst.key() + (target,)
+        if backend is not None:
+            sql += " AND backend=?"
+            params += (backend,)
+        rows = self._query(sql + " ORDER BY timestamp DESC LIMIT 1", params)
+        if not rows:
+            return None
+        b, s, r, ts = rows[0]
+        return CostRow(inst, target, b, s, r, ts)
+
+    def rows(self, target: str | None = None, backend: str | None = None) -> Iterator[CostRow]:
+        """Every cached measurement, optionally of one target and/or backend."""
+        sql = "SELECT op, attrs, shapes, dtype, out_type, target, backend, seconds, repeats, timestamp FROM costs"
+        cond, params = [], []
+        if target is not None:
+            cond.append("target=?")
+            params.append(normalize_target(target))
+        if backend is not None:
+            cond.append("backend=?")
+            params.append(backend)
+        if cond:
+            sql += " WHERE " + " AND ".join(cond)
+        for op, a, sh, dt, out, t, b, s, r, ts in self._query(sql + " ORDER BY rowid", tuple(params)):
+            yield CostRow(OpInstance.from_key(op, a, sh, dt, out), t, b, s, r, ts)
+
+    def lookup_table(self, target: str, backend: str | None = None) -> dict[tuple, float]:
+        """{instance key: seconds} for one target (and backend), for fast in-memory lookups."""
+        table: dict[tuple, float] = {}
+        sql = "SELECT op, attrs, shapes, dtype, seconds FROM costs WHERE target=?"
+        params: tuple = (normalize_target(target),)
+        if backend is not None:
+            sql += " AND backend=?"
+            params += (backend,)
+        for op, a, sh, dt, s in self._query(sql + " ORDER BY timestamp", params):
+            table[(op, a, sh, dt)] = s
+        return table
+
+    def count(self, target: str | None = None, backend: str | None = None) -> int:
+        sql, params = "SELECT COUNT(*) FROM costs", []
+        cond = []
+        if target is not None:
+            cond.append("target=?")
+            params.append(normalize_target(target))
+        if backend is not None:
+            cond.append("backend=?")
+            params.append(backend)
+        if cond:
+            sql += " WHERE " + " AND ".join(cond)
+        return self._query(sql, tuple(params))[0][0]
+
+    # -- failures -------------------------------------------------------------
+    def put_failure(self, inst: OpInstance, target: str, backend: str, error: str) -> None:
+        key = inst.key() + (normalize_target(target), backend)
+        self._write(("INSERT OR REPLACE INTO failures VALUES (?,?,?,?,?,?,?,?,?)",
+                     key + (inst.out_str, str(error)[-4000:], time.time())))
+
+    def get_failure(self, inst: OpInstance, target: str, backend: str) -> str | None:
+        rows = self._query("SELECT error FROM failures WHERE op=? AND attrs=? AND shapes=? AND dtype=? "
+                           "AND target=? AND backend=?", inst.key() + (normalize_target(target), backend))
+        return rows[0][0] if rows else None
+
+    # -- small key/value store (e.g. the resolved host target) -----------------
+    def get_meta(self, key: str) -> str | None:
+        rows = self._query("SELECT value FROM meta WHERE key=?", (key,))
+        return rows[0][0] if rows else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._write(("INSERT OR REPLACE INTO meta VALUES (?,?)", (key, value)))

@@ -1,0 +1,455 @@
+"""Cost model: cache, measuring worker, features and training, analytic, node and graph costs."""
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import multiprocessing as mp
+import operator
+import os
+import time
+
+import numpy as np
+import pytest
+
+from relay_eqsat.cost import (
+    AnalyticModel, CostCache, CostModel, FusionRule, OpInstance, fit_fusion, fusion_class,
+    instances_from_graph, make_cost_model,
+)
+from relay_eqsat.cost import measure as measure_mod
+from relay_eqsat.cost.base import extra_read_share
+from relay_eqsat.cost.instance import attrs_from_str, attrs_to_str
+from relay_eqsat.cost.learned import FEATURE_NAMES, LearnedCostModel, feature_matrix, features
+from relay_eqsat.cost.measure import BackendUnavailable, MeasureConfig, Measurer, select_backend
+from relay_eqsat.graph import Attrs, TensorGraph, TensorType, TupleType
+
+TARGET = "llvm -mtriple=x86_64-linux-gnu -mcpu=core-avx2"
+CONV_ATTRS = dict(strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1,
+                  data_layout="NCHW", kernel_layout="OIHW", out_dtype="")
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    """Every test gets its own cost database and model directory, and a fixed target."""
+    monkeypatch.setenv("RELAY_EQSAT_COST_DB", str(tmp_path / "costs.sqlite"))
+    monkeypatch.setenv("RELAY_EQSAT_MODEL_DIR", str(tmp_path / "models"))
+    monkeypatch.setenv("RELAY_EQSAT_TARGET", TARGET)
+
+
+def conv(n=1, c=16, h=8, o=16, k=3) -> OpInstance:
+    pad = k // 2
+    attrs = dict(CONV_ATTRS, padding=(pad, pad, pad, pad))
+    return OpInstance.make("nn.conv2d", attrs, [TensorType((n, c, h, h)), TensorType((o, c, k, k))])
+
+
+def add(*shape) -> OpInstance:
+    return OpInstance.make("add", {}, [TensorType(shape), TensorType(shape)])
+
+
+def dense(m, k, n) -> OpInstance:
+    return OpInstance.make("nn.dense", {"out_dtype": ""}, [TensorType((m, k)), TensorType((n, k))])
+
+
+# -- keys and cache -------------------------------------------------------------------------
+
+def test_instance_key_round_trip():
+    a = Attrs(axis=(1, 2), keepdims=False, a_min=-math.inf, eps=1e-5, name="x",
+              type=TensorType((2, 3)), nested=((1, 2), (3, 4)))
+    assert attrs_from_str(attrs_to_str(a)) == a
+    inst = OpInstance.make("nn.batch_norm", dict(axis=1, epsilon=1e-5, center=True, scale=True),
+                           [TensorType((1, 8, 4, 4))] + [TensorType((8,))] * 4)
+    assert isinstance(inst.out_type, TupleType)
+    back = OpInstance.from_key(*inst.key(), inst.out_str)
+    assert back == inst and back.key() == inst.key()
+    mixed = OpInstance("add", Attrs(), (TensorType((2,), "float32"), TensorType((2,), "float16")),
+                       TensorType((2,)))
+    assert mixed.dtype_str == "float32,float16"
+    assert OpInstance.from_key(*mixed.key(), mixed.out_str) == mixed
+
+
+def test_cache_round_trip(tmp_path):
+    db = tmp_path / "c.sqlite"
+    c = CostCache(db)
+    a, b = conv(), add(4, 16)
+    assert c.get(a, TARGET) is None
+    c.put(a, TARGET, "tvm-llvm", 1.5e-4, 7)
+    c.put(b, "llvm  -mcpu=core-avx2 -mtriple=x86_64-linux-gnu", "tvm-llvm", 2e-6, 5)  # same target
+    c.put_failure(b, TARGET, "torch-cuda", "boom")
+    c.close()
+    c = CostCache(db)  # a fresh connection sees committed rows
+    row = c.get(a, TARGET, "tvm-llvm")
+    assert row.seconds == 1.5e-4 and row.repeats == 7 and row.instance == a and row.timestamp > 0
+    assert c.get(b, TARGET).seconds == 2e-6
+    assert c.get(a, TARGET, "torch-cuda") is None
+    assert c.get(a, "llvm -mcpu=znver4") is None
+    assert c.get(a, "llvm -keys=cpu -mcpu=core-avx2 -mtriple=x86_64-linux-gnu").seconds == 1.5e-4  # str(Target)
+    assert c.count() == 2 and c.count(TARGET, "tvm-llvm") == 2
+    assert {r.instance for r in c.rows(TARGET)} == {a, b}
+    assert c.lookup_table(TARGET, "tvm-llvm")[a.key()] == 1.5e-4
+    assert c.get_failure(b, TARGET, "torch-cuda") == "boom"
+    c.put(a, TARGET, "tvm-llvm", 1.0e-4, 3)  # replace
+    assert c.get(a, TARGET).seconds == 1.0e-4 and c.count() == 2
+    c.set_meta("k", "v")
+    assert c.get_meta("k") == "v" and c.get_meta("missing") is None
+    with pytest.raises(ValueError):
+        c.put(a, TARGET, "tvm-llvm", 0.0, 1)
+
+
+def test_default_db_path_from_env(tmp_path):
+    assert CostCache().path == tmp_path / "costs.sqlite"
+
+
+def _writer(db: str, worker: int, n: int) -> None:
+    c = CostCache(db)
+    for i in range(n):
+        c.put(add(worker + 1, i + 1), TARGET, "tvm-llvm", 1e-6 * (i + 1), 3)
+        c.put(add(99, 99), TARGET, "tvm-llvm", 1e-3 + worker, 1)  # every writer hits one key
+        if i % 10 == 0:
+            assert c.get(add(worker + 1, i + 1), TARGET) is not None
+    c.close()
+
+
+def test_concurrent_writers(tmp_path):
+    db = str(tmp_path / "shared.sqlite")
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(db, w, 40)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    c = CostCache(db)
+    assert c.count() == 4 * 40 + 1
+    assert c.get(add(99, 99), TARGET).seconds in {1e-3 + w for w in range(4)}
+    assert c._connect().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+# -- measuring worker --------------------------------------------------------------------------
+
+def _measurer(hook, timeout=3.0, cache=None):
+    return Measurer(TARGET, "tvm-llvm", MeasureConfig(timeout_s=timeout, startup_s=0.0), cache=cache, hook=hook)
+
+
+def test_worker_hang_is_killed_and_batch_goes_on(tmp_path):
+    cache = CostCache(tmp_path / "c.sqlite")
+    with _measurer(functools.partial(time.sleep, 600), timeout=1.0, cache=cache) as m:
+        t = time.monotonic()
+        results = m.measure_many([add(2, 3), add(3, 4)])
+        assert time.monotonic() - t < 20
+    assert [r.ok for r in results] == [False, False]
+    assert all("timeout" in r.error for r in results)
+    assert "timeout" in cache.get_failure(add(2, 3), TARGET, "tvm-llvm")
+    # recorded failures are skipped, not retried, unless asked
+    with _measurer(functools.partial(time.sleep, 600), timeout=1.0, cache=cache) as m:
+        again = m.measure_many([add(2, 3)])
+    assert again[0].cached and not again[0].ok
+
+
+def test_worker_crash_and_exception_are_error_results():
+    with _measurer(functools.partial(os._exit, 3)) as m:
+        r1, r2 = m.measure(add(2, 3)), m.measure(add(2, 4))  # a fresh worker after the crash
+    assert not r1.ok and "exit code 3" in r1.error
+    assert not r2.ok and "exit code 3" in r2.error
+    with _measurer(functools.partial(operator.truediv, 1, 0)) as m:
+        r = m.measure(add(2, 3))
+        assert not r.ok and "ZeroDivisionError" in r.error
+        assert m._proc.is_alive()  # an exception does not cost the worker
+
+
+def test_graph_level_ops_are_not_measured():
+    m = Measurer(TARGET, "tvm-llvm")
+    r = m.measure(OpInstance("tuple", Attrs(), (TensorType((2,)),), TupleType((TensorType((2,)),))))
+    assert not r.ok and m._proc is None
+
+
+def test_backend_selection(monkeypatch):
+    assert select_backend(TARGET) == "tvm-llvm"
+    with pytest.raises(BackendUnavailable):
+        select_backend("hexagon")
+    monkeypatch.setattr(measure_mod, "available_backends",
+                        lambda: {"tvm-llvm": None, "tvm-cuda": "the installed TVM was built without CUDA",
+                                 "torch-cuda": "PyTorch is not installed"})
+    with pytest.raises(BackendUnavailable, match="PyTorch is not installed"):
+        select_backend("cuda")
+    monkeypatch.setattr(measure_mod, "available_backends",
+                        lambda: {"tvm-cuda": "no CUDA", "torch-cuda": None})
+    assert select_backend("cuda -arch=sm_90") == "torch-cuda"
+
+
+@pytest.mark.tvm
+def test_real_measurement_and_host_target(tmp_path, monkeypatch):
+    pytest.importorskip("tvm")
+    cache = CostCache(tmp_path / "c.sqlite")
+    with Measurer(TARGET, config=MeasureConfig(repeat=3, min_repeat_ms=1), cache=cache) as m:
+        (r,) = m.measure_many([add(4, 16)])
+        assert r.ok and 0 < r.seconds < 0.01 and r.repeats == 3 and r.backend == "tvm-llvm"
+        assert cache.get(add(4, 16), TARGET, "tvm-llvm").seconds == r.seconds
+        (again,) = m.measure_many([add(4, 16)])
+        assert again.cached and again.seconds == r.seconds
+    # measured mode: measure on a miss (and cache it); a failed measurement falls back
+    cm = CostModel("measured", TARGET, cache=cache, learned=False,
+                   measure_config=MeasureConfig(repeat=3, min_repeat_ms=1))
+    b = add(8, 16)
+    t = cm.kernel_cost(b.op, b.attrs, b.input_types, b.out_type)
+    assert cm.sources == {"measured": 1} and cache.get(b, TARGET, "tvm-llvm").seconds == t
+    odd = TensorType((4,))
+    assert cm.kernel_cost("nn.frobnicate", Attrs(), [odd], odd) == pytest.approx(
+        cm.analytic.kernel_cost("nn.frobnicate", Attrs(), [odd], odd))
+    assert "nn.frobnicate" in cache.get_failure(OpInstance("nn.frobnicate", Attrs(), (odd,), odd), TARGET, "tvm-llvm")
+    cm.close()
+    # the learned model predicts in a process that loaded TVM (libxgboost would crash there)
+    import tvm  # noqa: F401
+
+    model, report = LearnedCostModel.train(_synthetic_samples(30), TARGET, "tvm-llvm", rounds=10)
+    assert report.n_test == 6 and np.all(model.predict([add(3, 3), conv()]) > 0)
+    # the host target comes from the Relay integration once and is remembered in the database
+    monkeypatch.delenv("RELAY_EQSAT_TARGET")
+    monkeypatch.setattr(measure_mod, "_HOST_TARGET", None)
+    host = measure_mod.resolve_target(None, cache)
+    assert host.startswith("llvm ") and "-mtriple=" in host
+    monkeypatch.setattr(measure_mod, "_HOST_TARGET", None)
+    monkeypatch.setattr(measure_mod, "_run_in_subprocess", lambda fn: pytest.fail("probed twice"))
+    assert measure_mod.resolve_target(None, cache) == host
+
+
+# -- features and learning ----------------------------------------------------------------------
+
+def test_features():
+    c = conv(c=32, o=64, h=14, k=3)
+    f = dict(zip(FEATURE_NAMES, features(c.op, c.attrs, c.input_types, c.out_type)))
+    assert len(f) == len(FEATURE_NAMES)
+    assert f["op=nn.conv2d"] == 1 and f["op=add"] == 0 and f["pattern=out_fusable"] == 1
+    assert f["kernel_h"] == 3 and f["stride_w"] == 1 and f["pad_total"] == 4 and f["depthwise"] == 0
+    flops = 2 * 64 * 14 * 14 * 32 * 9
+    assert f["log_flops"] == pytest.approx(math.log2(1 + flops), rel=1e-6)
+    assert f["in1_log_d0"] == pytest.approx(math.log2(65)) and f["out_rank"] == 4
+    assert f["intensity"] > 1
+    dw = OpInstance.make("nn.conv2d", dict(CONV_ATTRS, groups=32),
+                         [TensorType((1, 32, 8, 8)), TensorType((32, 1, 3, 3))])
+    assert dict(zip(FEATURE_NAMES, features(dw.op, dw.attrs, dw.input_types, dw.out_type)))["depthwise"] == 1
+    odd = OpInstance("nn.frobnicate", Attrs(), (TensorType((2, 3, 4, 5, 6)),), TensorType((6,)))
+    g = dict(zip(FEATURE_NAMES, features(odd.op, odd.attrs, odd.input_types, odd.out_type)))
+    assert g["op=<other>"] == 1 and g["in0_rank"] == 5 and g["in0_log_d0"] == pytest.approx(math.log2(7))
+    X = feature_matrix([c, add(3, 5), odd])
+    assert X.shape == (3, len(FEATURE_NAMES)) and X.dtype == np.float32 and np.isfinite(X).all()
+
+
+def _synthetic_samples(n=120, seed=0):
+    """Op instances with a noisy roofline 'measurement'."""
+    rng = np.random.default_rng(seed)
+    truth = AnalyticModel(peak_flops=50e9, bandwidth=10e9, launch_overhead=4e-6)
+    out = []
+    for _ in range(n):
+        kind = rng.integers(3)
+        if kind == 0:
+            inst = conv(c=int(rng.choice([8, 16, 32])), o=int(rng.choice([8, 16, 64])),
+                        h=int(rng.choice([7, 14, 28])), k=int(rng.choice([1, 3])))
+        elif kind == 1:
+            inst = dense(int(rng.choice([1, 16, 64])), int(rng.choice([64, 256])), int(rng.choice([64, 512])))
+        else:
+            inst = add(int(rng.choice([1, 8, 64])), int(rng.choice([64, 1024, 4096])))
+        t = truth.kernel_cost(inst.op, inst.attrs, inst.input_types, inst.out_type)
+        out.append((inst, t * float(rng.uniform(0.9, 1.1))))
+    return out
+
+
+def test_tiny_training_run(tmp_path):
+    samples = _synthetic_samples()
+    model, report = LearnedCostModel.train(samples, TARGET, "tvm-llvm", rounds=80)
+    assert report.n_test == 24 and report.n_train == 96
+    assert report.median_ape < 0.5 and report.r2_log > 0.5
+    assert "held-out 24" in str(report)
+    preds = model.predict([s[0] for s in samples[:10]])
+    assert preds.shape == (10,) and np.all(preds > 0)
+    path = model.save(tmp_path / "m.json")
+    loaded = LearnedCostModel.load(path)
+    assert loaded.target == model.target and loaded.report == report
+    np.testing.assert_allclose(loaded.predict([s[0] for s in samples[:10]]), preds, rtol=1e-6)
+    inst = samples[0][0]
+    assert loaded.predict_one(inst.op, inst.attrs, inst.input_types, inst.out_type) == pytest.approx(preds[0], rel=1e-5)
+    few, rep = LearnedCostModel.train(samples[:5], TARGET, "tvm-llvm", rounds=5)
+    assert rep.n_test == 0 and rep.median_ape is None
+
+
+def test_train_from_cache_and_model_lookup(tmp_path):
+    from relay_eqsat.cost.learned import load_model, model_dir, model_filename
+
+    cache = CostCache()
+    for inst, t in _synthetic_samples(40):
+        cache.put(inst, TARGET, "tvm-llvm", t, 3)
+    model, report = LearnedCostModel.train_from_cache(cache, TARGET, "tvm-llvm", rounds=20)
+    assert report.n_rows == len({i.key() for i, _ in _synthetic_samples(40)})
+    assert load_model(TARGET, "tvm-llvm") is None or load_model(TARGET, "tvm-llvm").meta.get("shipped")
+    model.save(model_dir() / model_filename(TARGET, "tvm-llvm"))
+    assert load_model(TARGET, "tvm-llvm").meta["report"] == model.meta["report"]
+    with pytest.raises(ValueError, match="no measurements"):
+        LearnedCostModel.train_from_cache(cache, "llvm -mcpu=other", "tvm-llvm")
+
+
+# -- analytic ----------------------------------------------------------------------------------
+
+def test_analytic_monotonic_in_size():
+    am = AnalyticModel()
+    costs = [am.kernel_cost(i.op, i.attrs, i.input_types, i.out_type) for i in
+             (conv(c=8, o=8), conv(c=16, o=16), conv(c=32, o=32), conv(c=32, o=32, h=16))]
+    assert costs == sorted(costs) and len(set(costs)) == 4
+    adds = [am.kernel_cost(i.op, i.attrs, i.input_types, i.out_type) for i in (add(1, 64), add(64, 64), add(64, 4096))]
+    assert adds == sorted(adds) and adds[0] >= am.launch_overhead
+    big = add(1024, 1024)
+    assert am.kernel_cost(big.op, big.attrs, big.input_types, big.out_type) == pytest.approx(
+        3 * 4 * 1024 * 1024 / am.bandwidth + am.launch_overhead)
+    assert AnalyticModel.for_target("cuda").peak_flops > AnalyticModel.for_target(TARGET).peak_flops
+
+
+def test_analytic_env_override(monkeypatch):
+    monkeypatch.setenv("RELAY_EQSAT_BANDWIDTH_GBS", "5")
+    assert AnalyticModel.for_target(TARGET).bandwidth == 5e9
+    assert AnalyticModel.for_target(TARGET, bandwidth=7e9).bandwidth == 7e9
+
+
+# -- node and graph costs ----------------------------------------------------------------------
+
+def _graph():
+    """x -> conv(w) -> bias_add(b) -> relu -> add(residual x) ; plus a weight-only add."""
+    g = TensorGraph()
+    x = g.var("x", (1, 16, 8, 8))
+    w = g.const(np.ones((16, 16, 3, 3), np.float32), "w")
+    w2 = g.const(np.ones((16, 16, 3, 3), np.float32), "w2")
+    ws = g.add("add", [w, w2])  # constant-only: folded by TVM
+    b = g.const(np.ones((16,), np.float32), "b")
+    y = g.add("nn.conv2d", [x, ws], CONV_ATTRS)
+    y = g.add("nn.bias_add", [y, b], {"axis": 1})
+    y = g.add("nn.relu", [y])
+    y = g.add("add", [y, x])
+    g.set_output(y)
+    return g
+
+
+def test_constant_only_and_graph_level_nodes_cost_zero():
+    cm = CostModel("analytic", TARGET)
+    t = TensorType((16, 16, 3, 3))
+    assert cm.op_cost("add", Attrs(), [t, t], t, all_inputs_constant=True) == 0.0
+    assert cm.op_cost("add", Attrs(), [t, t], t) > 0
+    for op in ("var", "constant", "tuple", "tuple_get_item"):
+        assert cm.op_cost(op, Attrs(), [], t) == 0.0
+    g = _graph()
+    per_node = [cm.op_cost(n.op, n.attrs, [g[j].type for j in n.inputs], n.type,
+                           bool(n.inputs) and all(g.is_constant()[j] for j in n.inputs)) for n in g.nodes]
+    assert per_node[g.nodes.index(next(n for n in g.nodes if n.op == "add"))] == 0.0
+    assert cm.graph_cost(g) == pytest.approx(sum(per_node))
+    assert [i.op for i in instances_from_graph(g)] == ["nn.conv2d", "nn.bias_add", "nn.relu", "add"]
+    # opaque: its bytes, whatever its inputs
+    ot = TensorType((1024,))
+    assert cm.op_cost("opaque", Attrs(key=0, type=ot, name="f"), [ot], ot, True) == pytest.approx(
+        cm.analytic.roofline(0, 8192))
+
+
+def test_fusion_discounts():
+    assert [fusion_class(o) for o in ("nn.conv2d", "nn.relu", "add", "nn.bias_add", "transpose", "var", "opaque")] == \
+        ["anchor", "fused", "fused", "fused", "injective", "free", "opaque"]
+    cm = CostModel("analytic", TARGET)
+    t = TensorType((1, 64, 56, 56))
+    relu_kernel = cm.kernel_cost("nn.relu", Attrs(), [t], t)
+    assert cm.op_cost("nn.relu", Attrs(), [t], t) == pytest.approx(FusionRule().fused * relu_kernel)
+    # a residual add still reads its second operand: costlier than a relu of the same size
+    assert cm.op_cost("add", Attrs(), [t, t], t) > cm.op_cost("nn.relu", Attrs(), [t], t)
+    assert extra_read_share([t, t], t) == pytest.approx(1 / 3)
+    assert extra_read_share([t, TensorType((64, 1, 1))], t) < 0.001
+    c = conv()
+    assert cm.op_cost(c.op, c.attrs, c.input_types, c.out_type) == pytest.approx(
+        cm.kernel_cost(c.op, c.attrs, c.input_types, c.out_type))
+
+
+def test_fit_fusion_recovers_weights():
+    cm = CostModel("analytic", TARGET)
+    graphs = []
+    for c, h, residual, relus, transposed in [(8, 8, True, 1, True), (16, 8, False, 1, True),
+                                              (16, 16, True, 2, False), (32, 8, True, 0, True),
+                                              (32, 16, False, 3, False), (8, 16, True, 1, False)]:
+        g = TensorGraph()
+        x = g.var("x", (1, c, h, h))
+        w = g.const(np.ones((c, c, 3, 3), np.float32), "w")
+        y = g.add("nn.conv2d", [x, w], CONV_ATTRS)
+        for _ in range(relus):
+            y = g.add("nn.relu", [y])
+        if residual:
+            y = g.add("add", [y, x])
+        if transposed:
+            y = g.add("transpose", [y], {"axes": (0, 2, 3, 1)})
+        g.set_output(y)
+        graphs.append(g)
+    truth = FusionRule(anchor=1.3, fused=0.05, fused_read=0.6, injective=0.9)
+    true_cm = CostModel("analytic", TARGET, fusion=truth)
+    samples = [(g, true_cm.graph_cost(g)) for g in graphs]
+    rep = fit_fusion(cm, samples, prior_strength=0.0)
+    assert rep.after_mean_ape < 1e-6 < rep.before_mean_ape
+    for k in ("anchor", "fused", "fused_read", "injective"):
+        assert getattr(rep.rule, k) == pytest.approx(getattr(truth, k), rel=1e-4)
+    assert "fusion rule fit on 6 graphs" in str(rep)
+    # with one graph, the prior keeps the weights near the current ones
+    one = fit_fusion(cm, samples[:1])
+    assert one.rule.anchor > 0.5 and one.rule.injective > 0.1
+
+
+def test_auto_mode_fallbacks(tmp_path):
+    a, b, c = conv(), add(4, 16), dense(8, 64, 32)
+    cm = make_cost_model("auto", TARGET, db=tmp_path / "c.sqlite", learned=False)
+    assert cm.kernel_cost(a.op, a.attrs, a.input_types, a.out_type) == pytest.approx(
+        cm.analytic.kernel_cost(a.op, a.attrs, a.input_types, a.out_type))
+    assert cm.sources == {"analytic": 1}
+    cache = CostCache(tmp_path / "c.sqlite")
+    cache.put(b, TARGET, "tvm-llvm", 3.25e-6, 5)
+    model, _ = LearnedCostModel.train(_synthetic_samples(30), TARGET, "tvm-llvm", rounds=10)
+    cm = make_cost_model("auto", TARGET, db=tmp_path / "c.sqlite", learned=model)
+    assert cm.kernel_cost(b.op, b.attrs, b.input_types, b.out_type) == 3.25e-6  # cache hit
+    assert cm.kernel_cost(c.op, c.attrs, c.input_types, c.out_type) == pytest.approx(
+        model.predict_one(c.op, c.attrs, c.input_types, c.out_type))  # prediction
+    assert cm.sources == {"cache": 1, "learned": 1}
+    lm = make_cost_model("learned", TARGET, db=tmp_path / "c.sqlite", learned=model)
+    assert lm.kernel_cost(b.op, b.attrs, b.input_types, b.out_type) != 3.25e-6  # learned ignores the cache
+    with pytest.raises(ValueError, match="no learned cost model"):
+        make_cost_model("learned", "llvm -mcpu=nothing-shipped", db=tmp_path / "c.sqlite",
+                        backend="tvm-nonexistent")
+    with pytest.raises(ValueError, match="unknown cost model kind"):
+        make_cost_model("psychic")
+    # prefetch fills many predictions at once
+    cm.prefetch([dense(16, 64, 32), dense(32, 64, 32), b])
+    assert cm.sources["learned"] == 3
+    # node_cost is the e-graph's callable
+    assert cm.node_cost(c.op, c.attrs, c.input_types, c.out_type, False) == cm(c.op, c.attrs, c.input_types, c.out_type, False)
+
+
+def test_fusion_rule_travels_with_the_model(tmp_path):
+    model, _ = LearnedCostModel.train(_synthetic_samples(20), TARGET, "tvm-llvm", rounds=5)
+    model.meta["fusion"] = dict(anchor=1.1, fused=0.2, fused_read=0.7, injective=0.4, opaque=1.0)
+    path = model.save(tmp_path / "m.json")
+    cm = make_cost_model("auto", TARGET, db=tmp_path / "c.sqlite", learned=str(path))
+    assert cm.fusion == FusionRule(1.1, 0.2, 0.7, 0.4, 1.0)
+
+
+# -- the measure subcommand -------------------------------------------------------------------
+
+def test_cli_registers():
+    from relay_eqsat.cost import cli
+
+    parser = argparse.ArgumentParser(prog="relay-eqsat")
+    sub = parser.add_subparsers(dest="command")
+    cli.register(sub)
+    args = parser.parse_args(["measure", "--target", TARGET, "--models", "zoo:bert,zoo:resnet50", "--small"])
+    assert args.func is cli.run and args.small and args.models == "zoo:bert,zoo:resnet50"
+
+
+@pytest.mark.tvm
+def test_cli_measure_small_model(tmp_path, capsys):
+    pytest.importorskip("tvm")
+    from relay_eqsat.cost import cli
+
+    parser = argparse.ArgumentParser(prog="relay-eqsat")
+    cli.register(parser.add_subparsers(dest="command"))
+    out = tmp_path / "model.json"
+    args = parser.parse_args(["measure", "--models", "zoo:squeezenet", "--small", "--limit", "2",
+                              "--repeat", "2", "--min-repeat-ms", "1", "--model-out", str(out)])
+    assert args.func(args) == 0
+    text = capsys.readouterr().out
+    assert "measured now" in text and "saved" in text and out.is_file()
+    assert CostCache().count(TARGET, "tvm-llvm") == 2
