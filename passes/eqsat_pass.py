@@ -17,6 +17,8 @@ show these keys.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import time
 import warnings
@@ -28,34 +30,39 @@ import tvm
 from tvm import relay
 
 from relay_eqsat.graph import TensorGraph, TensorType
+from relay_eqsat.optimize import OptimizeOptions, optimize_graph
 
 from .relay import UnsupportedProgram, from_relay, main_function, to_relay
+from .target import host_target
 
 log = logging.getLogger(__name__)
 
 CONFIG_PREFIX = "relay.eqsat."
 
-#: option -> default value (``None``: the option may be unset).
+#: option -> default value: the optimizer's options (relay_eqsat.optimize.OptimizeOptions) plus ``verify``.
 DEFAULT_OPTIONS: dict[str, Any] = {
-    "search": "tensat",          # scheduler: "tensat" | "mcts"
-    "extractor": "greedy",       # extractor used during search (MCTS rewards)
-    "final_extractor": None,     # extractor for the result (None: same as extractor)
-    "cost": "analytic",          # cost model: "analytic" | "measure" | "learned"
-    "target": None,              # TVM target string for costs (None: host CPU)
-    "node_limit": 10000,         # e-graph size limit (e-nodes)
-    "budget": 64,                # MCTS budget (simulations)
-    "k_multi": 1,                # iterations applying multi-pattern rules (TENSAT)
-    "time_limit": 60.0,          # seconds for search and for extraction each
-    "seed": 0,
+    **{f.name: f.default for f in dataclasses.fields(OptimizeOptions)},
     "verify": False,             # compare TVM outputs before/after on random inputs
-    "rules": "tensat",           # rule set name or path
 }
 
 #: option -> type its values are coerced to; ``object``: a name (str) or, from
-#: Python, an instance (a Scheduler, Extractor, CostModel, list of rules...).
-_OPTION_TYPES = {"search": object, "extractor": object, "final_extractor": object, "cost": object,
-                 "target": str, "node_limit": int, "budget": int, "k_multi": int, "seed": int,
-                 "time_limit": float, "verify": bool, "rules": object}
+#: Python, an instance (a CostModel, a list of rules...).
+_OPTION_TYPES = {"search": str, "extractor": str, "final_extractor": str, "cost": object,
+                 "target": str, "node_limit": int, "iter_limit": int, "budget": int, "max_sim_steps": int,
+                 "k_multi": int, "seed": int, "time_limit": float, "extract_time_limit": float,
+                 "verify": bool, "rules": object, "cycle_filter": str}
+
+
+#: function attribute of an optimized ``main`` holding the report's summary (JSON)
+REPORT_ATTR = "relay_eqsat.report"
+
+_SUMMARY_KEYS = ("search", "stop_reason", "iterations", "rules_fired", "egraph_nodes", "cost_before",
+                 "cost_after", "predicted_speedup", "extractor", "extract_status", "optimal",
+                 "search_time", "extract_time", "total_time")
+
+
+def _report_summary(report: Mapping[str, Any]) -> dict:
+    return {k: report[k] for k in _SUMMARY_KEYS if k in report}
 
 
 class EqSatVerificationError(RuntimeError):
@@ -179,10 +186,13 @@ def resolve_options(explicit: Mapping[str, Any], ctx=None) -> dict[str, Any]:
 # -- the optimizer seam ---------------------------------------------------------------
 
 def optimize(graph: TensorGraph, options: Mapping[str, Any]) -> tuple[TensorGraph, dict]:
-    """The optimizer between frontend and backend: TensorGraph -> better
-    TensorGraph, plus a report (dict). Currently the identity."""
-    return graph, {"optimizer": "identity", "nodes_in": len(graph.reachable()),
-                   "nodes_out": len(graph.reachable())}
+    """The optimizer between frontend and backend: TensorGraph -> cheaper
+    equivalent TensorGraph (or the input itself), plus the report as a dict."""
+    opts = {k: v for k, v in options.items() if k != "verify"}
+    if opts.get("target") is None:
+        opts["target"] = host_target()
+    new_graph, report = optimize_graph(graph, opts)
+    return new_graph, report.to_dict()
 
 
 # -- the pass -------------------------------------------------------------------------
@@ -231,9 +241,49 @@ def verify_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0,
     return worst
 
 
+def bind_params(mod: tvm.IRModule, params: Mapping[str, Any]) -> tvm.IRModule:
+    """``mod`` with the parameters of ``main`` named in ``params`` replaced by
+    constants (as ``relay.build(..., params=)`` does; names ``main`` does not
+    take are ignored), type-checked. The rewrite rules' ``(const ?w)``
+    preconditions only hold for weights bound this way."""
+    values = {k: v if isinstance(v, tvm.nd.NDArray) else tvm.nd.array(np.asarray(v))
+              for k, v in params.items()}
+    mod = relay.transform.InferType()(mod)
+    func = relay.build_module.bind_params_by_name(mod["main"], values)
+    new_mod = tvm.IRModule({gv: (func if gv.name_hint == "main" else f)
+                            for gv, f in mod.functions.items()}, mod.type_definitions)
+    return relay.transform.InferType()(new_mod)
+
+
+def format_summary(report: Mapping[str, Any]) -> str:
+    """One line for the log: what changed, why the search stopped, costs, times, rules fired."""
+    fired = report.get("rules_fired") or {}
+    top = sorted(((k, v) for k, v in fired.items() if v), key=lambda kv: -kv[1])
+    rules = ", ".join(f"{k}x{v}" for k, v in top[:5]) + (f", +{len(top) - 5} more" if len(top) > 5 else "")
+    before, after = report.get("cost_before", 0.0), report.get("cost_after", 0.0)
+    return (f"{'changed' if report.get('changed') else 'unchanged'} ({report.get('reason', '')}); "
+            f"search {report.get('search', '?')} stopped: {report.get('stop_reason', '?')}, "
+            f"e-graph {report.get('egraph_nodes', 0)} nodes; predicted cost {before * 1e3:.4f} ms -> "
+            f"{after * 1e3:.4f} ms ({before / after if after > 0 else 1.0:.3f}x); "
+            f"{report.get('seconds', report.get('total_time', 0.0)):.2f} s; "
+            f"{sum(fired.values())} rule applications [{rules}]")
+
+
 @tvm.transform.module_pass(opt_level=0, name="EqSatPass")
 class EqSatPass:
     """Optimize ``main`` by equality saturation (see :data:`DEFAULT_OPTIONS`).
+
+    The rewrite rules only fire on weights that are constants: pass
+    ``params={name: array}`` to bind them by name first (as ``relay.build``
+    does; the result's ``main`` then no longer takes them, whether or not the
+    program changed, and ``relay.build`` ignores param names ``main`` does not
+    take), or bind them yourself with
+    ``relay.build_module.bind_params_by_name``. ``params`` is a constructor
+    option only (not read from the PassContext).
+
+    An optimized ``main`` carries the report's summary as JSON in its function
+    attribute ``relay_eqsat.report`` (:data:`REPORT_ATTR`); the summary is
+    logged at INFO on ``relay_eqsat.passes.eqsat_pass``.
 
     A program the frontend cannot take (dynamic shapes, control flow...) or
     any internal failure gives a warning and the module back unchanged;
@@ -242,10 +292,11 @@ class EqSatPass:
     options used and the optimizer's report (``None`` if skipped).
     """
 
-    def __init__(self, **options: Any):
+    def __init__(self, params: Mapping[str, Any] | None = None, **options: Any):
         for name, value in options.items():
             _coerce(name, value)  # unknown names and bad values fail here, early
         self.options = dict(options)
+        self.params = dict(params) if params else None
         self.last_options: dict[str, Any] | None = None
         self.last_report: dict | None = None
 
@@ -257,13 +308,24 @@ class EqSatPass:
             warnings.warn(f"EqSatPass: bad option ({e}); module left unchanged", stacklevel=2)
             return mod
         self.last_options = opts
+        if self.params:
+            mod = bind_params(mod, self.params)
         t0 = time.perf_counter()
         try:
             typed, func = main_function(mod)
             graph = from_relay(typed)
             signature = _signature(graph)
             new_graph, report = optimize(graph, opts)
+            if not report.get("changed", True):
+                # never worse: nothing cheaper was found, the input goes on untouched
+                report["seconds"] = time.perf_counter() - t0
+                if opts["verify"]:
+                    report["verify_error"] = 0.0  # the output is the input itself
+                self.last_report = report
+                log.info("EqSatPass: %s", format_summary(report))
+                return mod
             new_func = to_relay(new_graph, signature=signature, attrs=func.attrs)
+            new_func = new_func.with_attr(REPORT_ATTR, json.dumps(_report_summary(report)))
             new_mod = tvm.IRModule({gv: (new_func if gv.name_hint == "main" else f)
                                     for gv, f in typed.functions.items()}, typed.type_definitions)
             new_mod = relay.transform.InferType()(new_mod)
@@ -283,4 +345,5 @@ class EqSatPass:
         if opts["verify"]:
             report["verify_error"] = verify_modules(typed, new_mod, seed=opts["seed"])
         self.last_report = report
+        log.info("EqSatPass: %s", format_summary(report))
         return new_mod

@@ -280,3 +280,34 @@ def test_tensat_multi_rules_pair_lines_and_verify():
     assert _verify(rules[1], {"?input_7": (1, 2, 5, 5), "?input_10": (3, 2, 3, 3), "?input_11": (4, 2, 3, 3),
                               "?ca0.padding": (1, 1, 1, 1), "?ca1.padding": (1, 1, 1, 1)})
     assert _verify(rules[2], {"?input_1": (2, 3), "?input_2": (4, 3)})
+
+
+# -- rules over batch_norm: verify again with positive constants ----------------
+
+class _PositiveRng:
+    """A numpy Generator whose normal draws are positive (|z| + 0.5): batch_norm
+    variances from the default verifier can be negative, making sqrt(var + eps)
+    NaN on both sides, which would let a wrong rule pass on those channels."""
+
+    def __init__(self, seed=None):
+        self._rng = np.random.Generator(np.random.PCG64(seed))
+
+    def standard_normal(self, *args, **kwargs):
+        return np.abs(self._rng.standard_normal(*args, **kwargs)) + 0.5
+
+    def __getattr__(self, name):
+        return getattr(self._rng, name)
+
+
+BATCH_NORM_RULES = [(f, r) for f, r in SHIPPED if "nn.batch_norm" in r.source]
+
+
+@pytest.mark.parametrize("fname,rule", BATCH_NORM_RULES, ids=[f"{f}:{r.name}" for f, r in BATCH_NORM_RULES])
+def test_batch_norm_rules_with_positive_variance(fname, rule, monkeypatch):
+    monkeypatch.setattr(np.random, "default_rng", lambda seed=None: _PositiveRng(seed))
+    # the patched generator really feeds the verifier: a graph's inputs come out positive
+    g = TensorGraph()
+    g.set_output(g.var("v", [8]))
+    assert all((v > 0).all() for v in g.random_inputs(0).values())
+    for i, ex in enumerate(rule.examples):
+        assert _verify(rule, ex, seed=i)
