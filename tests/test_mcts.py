@@ -139,3 +139,9 @@ def test_needs_a_cost():
     eg, root = toy_egraph()
     with pytest.raises(ValueError, match="cost"):
         MCTSScheduler(root=root).run(eg, TOY_RULES, Limits(node_limit=10))
+
+
+def test_extractor_extracts_a_tensor_graph_from_an_egraph():
+    eg, root, _ = run_mcts(seed=0)
+    graph, cost = get_extractor("ilp-acyc").extract(eg, root, size_cost, time_limit=10)
+    assert cost == 1.0 and graph[graph.output].op == "var"

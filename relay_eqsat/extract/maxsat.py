@@ -1,0 +1,178 @@
+"""Exact extraction as acyclic weighted partial MaxSAT (He et al., §4.1 and Algorithm 1).
+
+Hard clauses: the root clause (some node of each root class), the children
+clauses (w_n -> some node of each child class), and for every class cycle the
+Tseitin-encoded acyclic clauses (1)-(3) of Algorithm 1 — the same clauses that
+ILP-ACyc writes as rows (4)-(6); both are produced by ``ilp._Encoding``.
+Soft clauses: (not w_n) with weight = the node's cost as an integer (see
+``presolve.integer_weights``: exact for integral costs, otherwise scaled to a
+resolution of max_cost / 1e7 with distinct costs kept distinct and in order;
+zero-cost nodes get no soft clause).
+
+Engines (PySAT): "rc2" (RC2, core-guided; default), "rc2-stratified" (RC2
+with Boolean lexicographic optimization and diversity stratification) and
+"fm" (Fu & Malik / WMSU1). RC2 is stopped at the time limit by a timer that
+calls ``RC2.interrupt()`` (SAT calls made with expect_interrupt); FM cannot be
+interrupted, so it runs in a forked child process that is killed at the
+limit. These engines are core-guided: they have no feasible solution before
+the optimum, so on a timeout the OCF greedy solution is returned, flagged.
+Cycles as in ILP-ACyc ("auto": all of them when Johnson's algorithm finds at
+most max_cycles, else a cycle basis; "all", "basis", "lazy"), with lazy cuts
+whenever the encoded set is incomplete.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from typing import Iterable
+
+from .cycles import find_cycle_in_choice
+from .ilp import (DEFAULT_MAX_CYCLES, _Encoding, _enumeration_deadline, _start, choice_from_values, encode_cycles,
+                  enumerate_cycles)
+from .problem import ExtractionProblem, Solution
+from .validate import ExtractionError, solution_cost, validate_solution
+
+ENGINES = ("rc2", "rc2-stratified", "fm")
+
+
+class _Clauses:
+    """Collects the encoding as CNF: variable i is the DIMACS variable i + 1."""
+
+    def __init__(self) -> None:
+        self.vars: list[int] = []
+        self.hard: list[list[int]] = []
+        self.soft: list[tuple[int, int]] = []  # (variable, weight) for the soft clause (not variable)
+
+    @property
+    def num_constraints(self) -> int:
+        return len(self.hard)
+
+    def bool_var(self) -> int:
+        self.vars.append(len(self.vars) + 1)
+        return len(self.vars) - 1
+
+    def clause(self, lits) -> None:
+        self.hard.append([v + 1 if positive else -(v + 1) for v, positive in lits])
+
+    def minimize(self, variables, weights) -> None:
+        self.soft = [(v, int(w)) for v, w in zip(variables, weights) if w > 0]
+
+    def wcnf(self):
+        from pysat.formula import WCNF
+
+        formula = WCNF()
+        for cl in self.hard:
+            formula.append(cl)
+        for v, w in self.soft:
+            formula.append([-(v + 1)], weight=w)
+        return formula
+
+
+def _rc2(formula, engine: str, time_limit: float | None):
+    """Run RC2 in this process under a timer; returns (model or None, timed_out)."""
+    from pysat.examples.rc2 import RC2, RC2Stratified
+
+    solver = RC2Stratified(formula, blo="div") if engine == "rc2-stratified" else RC2(formula)
+    fired = threading.Event()
+
+    def stop() -> None:
+        fired.set()
+        solver.interrupt()
+
+    timer = threading.Timer(time_limit, stop) if time_limit is not None else None
+    try:
+        if timer is not None:
+            timer.start()
+        model = solver.compute(expect_interrupt=timer is not None)
+    finally:
+        if timer is not None:
+            timer.cancel()
+        solver.delete()
+    if model is None:
+        return None, fired.is_set()
+    return list(model), False
+
+
+def _fm_child(formula, conn) -> None:
+    from pysat.examples.fm import FM
+
+    fm = FM(formula, verbose=0)
+    try:
+        conn.send(list(fm.model) if fm.compute() else None)
+    finally:
+        fm.delete()
+        conn.close()
+
+
+def _fm(formula, time_limit: float | None):
+    """Run FM in a forked process killed at the limit; returns (model or None, timed_out)."""
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_fm_child, args=(formula, send), daemon=True)
+    child.start()
+    send.close()
+    try:
+        if not receive.poll(time_limit):
+            return None, True
+        return receive.recv(), False
+    except EOFError:
+        raise ExtractionError("the FM MaxSAT process died without an answer")
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join()
+        receive.close()
+
+
+def maxsat(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, time_limit: float | None = None,
+           engine: str = "rc2", cycles: str = "auto", max_cycles: int | None = DEFAULT_MAX_CYCLES) -> Solution:
+    """Acyclic WPMaxSAT extraction; see the module docstring."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown MaxSAT engine {engine!r}; choose from {ENGINES}")
+    started, roots, red, warm = _start(problem, roots)
+    cnf = _Clauses()
+    enc = _Encoding(cnf, problem, red, integral_weights=True)
+    found, complete = enumerate_cycles(problem, red, cycles, max_cycles, _enumeration_deadline(started, time_limit))
+    encode_cycles(enc, found)
+    encode_time = time.perf_counter() - started
+    deadline = None if time_limit is None else started + time_limit
+    solve_time = 0.0
+    rounds = 0
+    info = {"engine": engine, "cycle_mode": cycles, "cycles_enumerated": len(found), "cycles_complete": complete,
+            "weight_scale": enc.scale}
+    while True:
+        remaining = None if deadline is None else deadline - time.perf_counter()
+        if remaining is not None and remaining <= 0:
+            break
+        t0 = time.perf_counter()
+        formula = cnf.wcnf()
+        if not formula.soft:  # nothing to optimize; RC2Stratified cannot handle an empty objective
+            model, timed_out = _rc2(formula, "rc2", remaining)
+        elif engine == "fm":
+            model, timed_out = _fm(formula, remaining)
+        else:
+            model, timed_out = _rc2(formula, engine, remaining)
+        solve_time += time.perf_counter() - t0
+        if model is None:
+            if timed_out:
+                break
+            raise ExtractionError("maxsat: hard clauses reported unsatisfiable although the greedy "
+                                  "extraction satisfies them")
+        true = {lit for lit in model if lit > 0}
+        choice = choice_from_values(problem, red, {n for n, v in enc.x.items() if v + 1 in true})
+        cycle = None if complete else find_cycle_in_choice(problem, choice, roots)
+        if cycle is None:
+            validate_solution(problem, choice, roots)
+            info.update(lazy_rounds=rounds, cycles=enc.num_cycles, variables=len(cnf.vars),
+                        hard_clauses=len(cnf.hard), soft_clauses=len(cnf.soft))
+            return Solution(choice=choice, cost=solution_cost(problem, choice, roots), optimal=True,
+                            status="OPTIMAL", solve_time=solve_time, encode_time=encode_time, info=info)
+        if not enc.add_cycle(cycle):
+            raise ExtractionError(f"maxsat: cycle {cycle} survived its own acyclic constraint")
+        rounds += 1
+    info.update(lazy_rounds=rounds, cycles=enc.num_cycles, variables=len(cnf.vars), hard_clauses=len(cnf.hard),
+                soft_clauses=len(cnf.soft))
+    return Solution(choice=warm.choice, cost=warm.cost, optimal=False,
+                    status=f"fallback greedy-ocf (maxsat/{engine}: no solution in the time limit)",
+                    solve_time=solve_time, encode_time=encode_time, info=info)
