@@ -9,6 +9,9 @@ PYX := $(wildcard relay_eqsat/egraph/*.pyx relay_eqsat/egraph/*.pxd)
 EXT_STAMP := $(VENV)/.ext-built
 DEMO_MODEL ?= zoo:squeezenet
 PYTEST_ARGS ?=
+# bench scripts run by `make bench`, in order; BENCH_ARGS go to each (e.g. "--small --models squeezenet,bert")
+BENCH_SCRIPTS := egraph_throughput extraction cost_accuracy mcts_vs_tensat end_to_end
+BENCH_ARGS ?=
 
 .PHONY: demo test bench venv ext clean
 
@@ -36,7 +39,8 @@ test: $(EXT_STAMP)
 
 bench: $(EXT_STAMP)
 	$(PY) -m pytest -q -m slow
-	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	mkdir -p bench/results
+	for b in $(BENCH_SCRIPTS); do echo "== bench/$$b.py $(BENCH_ARGS)"; $(PY) bench/$$b.py $(BENCH_ARGS) || exit 1; done
 
 clean:
 	rm -rf build *.egg-info relay_eqsat/egraph/*.c relay_eqsat/egraph/*.so $(EXT_STAMP)

@@ -142,7 +142,8 @@ def problem_to_dict(problem: ExtractionProblem) -> dict:
         nodes[nid] = entry
     out: dict[str, Any] = {"nodes": nodes, "root_eclasses": [class_ids[r] for r in problem.roots]}
     if problem.class_data is not None:
-        out["class_data"] = {class_ids[c]: d for c, d in enumerate(problem.class_data) if d is not None}
+        out["class_data"] = {class_ids[c]: _json_class_data(d)
+                             for c, d in enumerate(problem.class_data) if d is not None}
     return out
 
 
@@ -151,3 +152,11 @@ def dump_problem(problem: ExtractionProblem, path: Any) -> None:
     with open(os.fspath(path), "w") as f:
         json.dump(problem_to_dict(problem), f, indent=1)
         f.write("\n")
+
+
+def _json_class_data(d):
+    """Class data as JSON: dicts/lists/scalars as they are; anything else (an
+    e-graph's TensorType, say) as ``{"type": str(d)}``."""
+    if isinstance(d, (dict, list, str, int, float, bool)):
+        return d
+    return {"type": str(d)}

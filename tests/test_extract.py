@@ -390,31 +390,6 @@ def test_greedy_ocf_is_fast_on_a_large_tensor_like_egraph():
     assert s.cost == pytest.approx(solution_cost(p, s.choice))
 
 
-class FakeEGraph:
-    """The e-graph side of the interface: to_problem and build_graph."""
-
-    def __init__(self, p: ExtractionProblem) -> None:
-        self.p = p
-        self.built = None
-
-    def to_problem(self, root, cost):
-        assert root == "R"
-        return self.p
-
-    def build_graph(self, choice, root):
-        self.built = (choice, root)
-        return "graph"
-
-
-def test_extract_from_an_egraph_object():
-    p = load_problem(DATA / "shared_subgraph.json")
-    egraph = FakeEGraph(p)
-    graph, cost = get_extractor("ilp-acyc").extract(egraph, "R", cost=None, time_limit=10)
-    assert graph == "graph" and cost == 13.0
-    choice, root = egraph.built
-    assert root == "R" and choice == {"R": "r1", "A": "a", "B": "b", "S": "s"}
-
-
 def test_registry():
     assert set(EXTRACTORS) == {"greedy", "greedy-ocf", "ilp-topo", "ilp-acyc", "maxsat"}
     with pytest.raises(ValueError):

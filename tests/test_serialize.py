@@ -124,3 +124,22 @@ def test_cli_extract_does_not_import_tvm(tmp_path):
     parser = build_parser("extract")
     with pytest.raises(SystemExit):
         parser.parse_args(["extract", "x.json", "--extractor", "nope"])
+
+
+def test_dump_an_egraph_problem(tmp_path):
+    """Problems made from our e-graphs (TensorType class data) write and read back."""
+    import numpy as np
+
+    from relay_eqsat.egraph import EGraph
+    from relay_eqsat.graph import TensorGraph
+
+    g = TensorGraph()
+    x = g.var("x", (2, 3))
+    g.set_output(g.add("nn.relu", (g.add("add", (x, g.const(np.ones((2, 3), "float32"), "one"))),)))
+    eg = EGraph()
+    root = eg.add_graph(g)
+    problem = eg.to_problem(lambda *a: 1.0, [root])
+    dump_problem(problem, tmp_path / "g.json")
+    back = load_problem(tmp_path / "g.json")
+    assert back.num_nodes == problem.num_nodes and back.num_classes == problem.num_classes
+    assert {d["type"] for d in back.class_data} == {"float32[2, 3]"}

@@ -10,9 +10,9 @@ Every extractor consumes an ``ExtractionProblem`` and returns a ``Solution``
     maxsat       He et al.'s acyclic weighted partial MaxSAT
 
 ``Extractor.extract(problem)`` returns a Solution; given an e-graph instead,
-it flattens it with ``egraph.to_problem(root, cost)``, extracts, and returns
-``(egraph.build_graph(choice, root), cost)`` where ``choice`` maps the e-graph's
-class ids to its node ids (``class_key``/``node_key`` of the problem).
+it flattens it with ``egraph.to_problem(cost, [root])``, extracts, and returns
+``(egraph.build_graph(choice, root_index, problem), cost)``: a TensorGraph
+and its cost.
 Every solution is validated (complete, acyclic, roots chosen, nothing
 blacklisted) before it is returned; a violation raises ExtractionError.
 """

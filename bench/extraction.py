@@ -1,0 +1,201 @@
+"""Extraction: cost and time of every extractor on the zoo models' e-graphs (issue 4).
+
+For each zoo model the TensorGraph (weights bound) is inserted into an
+e-graph, which is extracted as it is ("initial", no rewrites) and after
+TENSAT's scheduler grew it with the default rules at k_multi = 1 and 2
+(node limit --node-limit). Each e-graph is written as egraph-serialize JSON
+(gzipped) under bench/results/egraphs/, so extraction-gym and egglog tools can
+read it, and solved by greedy (DCF), greedy-ocf, ilp-topo, ilp-acyc and maxsat
+with a time limit. The table gives each extractor's cost (ms, under the cost
+model --cost) and wall time (encode + solve), whether the exact ones proved
+optimality, ILP-ACyc's and MaxSAT's time as a ratio to ILP-Topo's, and OCF
+greedy's cost as a ratio to the optimum (the best proven-optimal cost).
+
+Goals (issue 4): ILP-ACyc or MaxSAT at least 3x faster than ILP-Topo wherever
+ILP-Topo needs more than 1 s; OCF within 1% of optimal on the initial e-graph
+of every zoo model.
+
+    python bench/extraction.py [--models all] [--small] [--k-multi 1,2] [--node-limit 20000]
+                               [--time-limit 60] [--cost auto] [--no-dump]
+"""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import common
+
+EXTRACTORS = ("greedy", "greedy-ocf", "ilp-topo", "ilp-acyc", "maxsat")
+EXACT = ("ilp-topo", "ilp-acyc", "maxsat")
+TOPO_SLOW_S = 1.0  # the goal counts e-graphs where ILP-Topo needs more than this
+SPEEDUP_GOAL = 3.0
+OCF_GOAL = 0.01
+
+
+def grow(graph, k_multi: int, node_limit: int, time_limit: float):
+    """An e-graph of ``graph`` grown by TENSAT at ``k_multi`` (0: not grown); (egraph, root, report)."""
+    from relay_eqsat.egraph import EGraph
+    from relay_eqsat.rules import load_rules
+    from relay_eqsat.search import Limits, TensatScheduler
+
+    eg = EGraph()
+    root = eg.add_graph(graph)
+    rep = None
+    if k_multi > 0:
+        rep = TensatScheduler().run(eg, load_rules(), Limits(node_limit=node_limit, k_multi=k_multi,
+                                                              time_limit=time_limit))
+    return eg, root, rep
+
+
+def dump(problem, path: Path) -> Path:
+    """Write ``problem`` as gzipped egraph-serialize JSON."""
+    from relay_eqsat.serialize import problem_to_dict
+
+    data = problem_to_dict(problem)
+    # our class data are TensorType objects; egraph-serialize wants JSON: {"type": "<repr>"}
+    data["class_data"] = {c: d if isinstance(d, dict) else {"type": str(d)}
+                          for c, d in data.get("class_data", {}).items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        json.dump(data, f)
+    return path
+
+
+def run_extractors(problem, names, time_limit: float, solver: str) -> dict:
+    """Solve ``problem`` with each extractor; name -> result dict (errors recorded, not raised)."""
+    from relay_eqsat.extract import get_extractor
+
+    out = {}
+    for name in names:
+        options = {"solver": solver} if name in ("ilp-topo", "ilp-acyc") else {}
+        try:
+            with common.stopwatch() as wall:
+                sol = get_extractor(name, **options).solve(problem, time_limit=time_limit)
+            out[name] = {"cost": sol.cost, "optimal": bool(sol.optimal), "status": sol.status,
+                         "time": wall(), "solve_time": sol.solve_time, "encode_time": sol.encode_time}
+        except Exception as e:  # noqa: BLE001 - a failing extractor is a result too
+            out[name] = {"error": f"{type(e).__name__}: {e}"}
+    return out
+
+
+def summarize(res: dict) -> dict:
+    """Optimum, OCF gap and exact-solver time ratios of one e-graph's results."""
+    optimal = [r["cost"] for n, r in res.items() if n in EXACT and r.get("optimal")]
+    best = min(optimal) if optimal else None
+    agree = None
+    if len(optimal) > 1:
+        agree = max(optimal) - min(optimal) <= 1e-9 * max(abs(best), 1e-30) + 1e-15
+    ocf = res.get("greedy-ocf", {}).get("cost")
+    dcf = res.get("greedy", {}).get("cost")
+    topo = res.get("ilp-topo", {}).get("time")
+    return {
+        "optimum": best,
+        "exact_agree": agree,
+        "ocf_ratio": common.ratio(ocf, best),
+        "dcf_ratio": common.ratio(dcf, best),
+        "acyc_over_topo": common.ratio(res.get("ilp-acyc", {}).get("time"), topo),
+        "maxsat_over_topo": common.ratio(res.get("maxsat", {}).get("time"), topo),
+    }
+
+
+def evaluate_goals(rows: list[dict]) -> list[dict]:
+    slow = [r for r in rows if r["extractors"].get("ilp-topo", {}).get("time", 0) > TOPO_SLOW_S]
+    fast_enough = []
+    for r in slow:
+        ratios = [x for x in (r["summary"]["acyc_over_topo"], r["summary"]["maxsat_over_topo"]) if x is not None]
+        fast_enough.append(bool(ratios) and min(ratios) <= 1 / SPEEDUP_GOAL)
+    detail = (f"{sum(fast_enough)}/{len(slow)} e-graphs where ILP-Topo took > {TOPO_SLOW_S:g} s"
+              if slow else f"ILP-Topo never took > {TOPO_SLOW_S:g} s")
+    goals = [common.goal(f"ILP-ACyc or MaxSAT >= {SPEEDUP_GOAL:g}x faster than ILP-Topo where it needs "
+                         f"> {TOPO_SLOW_S:g} s", all(fast_enough) if slow else None, detail)]
+    initial = [r for r in rows if r["config"] == "initial"]
+    known = [r for r in initial if r["summary"]["ocf_ratio"] is not None]
+    within = [r["model"] for r in known if r["summary"]["ocf_ratio"] <= 1 + OCF_GOAL]
+    missing = [r["model"] for r in initial if r["summary"]["ocf_ratio"] is None]
+    detail = f"{len(within)}/{len(known)} models within {OCF_GOAL:.0%}"
+    if missing:
+        detail += f"; no proven optimum for {', '.join(missing)}"
+    goals.append(common.goal(f"OCF greedy within {OCF_GOAL:.0%} of optimal on every initial e-graph",
+                             (len(within) == len(initial)) if initial and not missing else
+                             (False if len(within) < len(known) else None), detail))
+    return goals
+
+
+def main(argv=None):
+    ap = common.base_parser(__doc__, "extraction.json")
+    ap.add_argument("--k-multi", default="1,2", help="TENSAT k_multi values to saturate with (default 1,2)")
+    ap.add_argument("--node-limit", type=int, default=20_000)
+    ap.add_argument("--search-time-limit", type=float, default=120.0, help="seconds for each TENSAT run")
+    ap.add_argument("--time-limit", type=float, default=60.0, help="seconds per exact extractor")
+    ap.add_argument("--extractors", default=",".join(EXTRACTORS))
+    ap.add_argument("--solver", default="cp-sat", choices=("cp-sat", "scip"), help="for ilp-topo and ilp-acyc")
+    ap.add_argument("--cost", default="auto", help="cost model kind (auto, measured, learned, analytic)")
+    ap.add_argument("--egraph-dir", default=str(common.RESULTS_DIR / "egraphs"))
+    ap.add_argument("--no-dump", action="store_true", help="do not write the e-graphs as JSON")
+    args = ap.parse_args(argv)
+
+    from relay_eqsat.cost import make_cost_model
+
+    cost = make_cost_model(args.cost)
+    extractors = [e.strip() for e in args.extractors.split(",") if e.strip()]
+    configs = [0] + [int(k) for k in args.k_multi.split(",") if k.strip()]
+    rows = []
+    warmed = False
+    for name in common.model_names(args.models):
+        _, _, graph = common.load_model(name, args.small)
+        for k in configs:
+            label = "initial" if k == 0 else f"k_multi={k}"
+            eg, root, rep = grow(graph, k, args.node_limit, args.search_time_limit)
+            problem = eg.to_problem(cost.node_cost, [root])
+            row = {"model": name, "small": args.small, "config": label, "k_multi": k,
+                   "enodes": problem.num_nodes, "eclasses": problem.num_classes,
+                   "blacklisted": int(problem.blacklisted.sum()),
+                   "stop_reason": rep.stop_reason if rep else None,
+                   "search_time": rep.total_time if rep else 0.0}
+            if not args.no_dump:
+                fname = f"{name}{'-small' if args.small else ''}-{'initial' if k == 0 else f'k{k}'}.json.gz"
+                row["egraph_json"] = str(dump(problem, Path(args.egraph_dir) / fname))
+            if not warmed:  # solver imports and first-call set-up are not extraction time
+                run_extractors(problem, extractors, args.time_limit, args.solver)
+                warmed = True
+            row["extractors"] = run_extractors(problem, extractors, args.time_limit, args.solver)
+            row["summary"] = summarize(row["extractors"])
+            rows.append(row)
+            print(f"{name} {label}: {row['enodes']} e-nodes, {row['eclasses']} e-classes"
+                  f"{', ' + row['stop_reason'] if row['stop_reason'] else ''}", flush=True)
+
+    headers = ["model", "e-graph", "e-nodes"]
+    for e in extractors:
+        headers += [f"{e} ms", f"{e} s"] + (["opt"] if e in EXACT else [])
+    headers += ["acyc/topo", "maxsat/topo", "ocf/opt", "dcf/opt"]
+    table = []
+    for r in rows:
+        line = [r["model"], r["config"], r["enodes"]]
+        for e in extractors:
+            x = r["extractors"].get(e, {})
+            line += [common.ms(x.get("cost")) if "error" not in x else "error", x.get("time")]
+            if e in EXACT:
+                line.append(x.get("optimal"))
+        s = r["summary"]
+        line += [s["acyc_over_topo"], s["maxsat_over_topo"], s["ocf_ratio"], s["dcf_ratio"]]
+        table.append(line)
+    print()
+    common.print_table(headers, table, title=f"extraction (cost model {cost.kind}, time limit "
+                                             f"{args.time_limit:g} s; ms = extracted cost, s = wall time)")
+    errors = [(r["model"], r["config"], e, x["error"]) for r in rows for e, x in r["extractors"].items()
+              if "error" in x]
+    for m, c, e, msg in errors:
+        print(f"error: {m} {c} {e}: {msg}")
+    disagree = [(r["model"], r["config"]) for r in rows if r["summary"]["exact_agree"] is False]
+    for m, c in disagree:
+        print(f"warning: exact extractors proved different optima on {m} {c}")
+    print()
+    goals = evaluate_goals(rows)
+    common.write_json(args.out, {"machine": common.machine_info(), "args": vars(args), "cost_model": repr(cost),
+                                 "rows": rows, "goals": goals})
+    return rows
+
+
+if __name__ == "__main__":
+    main()
