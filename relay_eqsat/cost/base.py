@@ -50,7 +50,7 @@ import numpy as np
 
 from ..graph import Attrs, TensorGraph, TensorType, Type
 from .analytic import AnalyticModel, type_bytes
-from .cache import CostCache
+from .cache import CostCache, shipped_table
 from .instance import GRAPH_LEVEL_OPS, OpInstance
 
 KINDS = ("auto", "measured", "learned", "analytic")
@@ -174,7 +174,9 @@ class CostModel:
         if self.cache is None or self.kind == "learned":
             return None
         if self._table is None:
-            self._table = self.cache.lookup_table(self.target, self.backend)
+            # the user's own measurements over those shipped for this very CPU
+            self._table = {**shipped_table(self.target, self.backend),
+                           **self.cache.lookup_table(self.target, self.backend)}
         return self._table.get(inst.key())
 
     def _measure(self, inst: OpInstance) -> float | None:

@@ -14,6 +14,7 @@ costs) share it safely, and an interrupted run keeps every row it committed.
 """
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import threading
@@ -213,6 +214,11 @@ class CostCache:
             table[(op, a, sh, dt)] = s
         return table
 
+    def export_rows(self, target: str, backend: str) -> dict:
+        """The measurements of (target, backend) as a JSON-able dict (see `shipped_table`)."""
+        rows = [[op, a, sh, dt, s] for (op, a, sh, dt), s in self.lookup_table(target, backend).items()]
+        return {"target": normalize_target(target), "backend": backend, "rows": rows}
+
     def count(self, target: str | None = None, backend: str | None = None) -> int:
         sql, params = "SELECT COUNT(*) FROM costs", []
         cond = []
@@ -244,3 +250,23 @@ class CostCache:
 
     def set_meta(self, key: str, value: str) -> None:
         self._write(("INSERT OR REPLACE INTO meta VALUES (?,?)", (key, value)))
+
+
+SHIPPED_MEASUREMENTS = Path(__file__).parent / "data"
+
+
+def shipped_table(target: str, backend: str | None) -> dict[tuple, float]:
+    """Measurements shipped with the package (``data/measured-<backend>.json.gz``),
+    if they were taken on this very target (same CPU); else empty."""
+    import gzip
+
+    if backend is None:
+        return {}
+    path = SHIPPED_MEASUREMENTS / f"measured-{backend}.json.gz"
+    if not path.exists():
+        return {}
+    with gzip.open(path, "rt") as f:
+        data = json.load(f)
+    if data.get("target") != normalize_target(target):
+        return {}
+    return {(op, a, sh, dt): s for op, a, sh, dt, s in data["rows"]}

@@ -29,6 +29,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--models", default="zoo:bert,zoo:resnet50",
                    help="comma-separated models, zoo:NAME (default: %(default)s)")
     p.add_argument("--small", action="store_true", help="the zoo models' small configurations")
+    p.add_argument("--saturate", type=int, default=0, metavar="NODES",
+                   help="also measure the kernels of rewritten variants: every e-node of each model's "
+                        "e-graph grown by the TENSAT scheduler (default rules, k_multi=1) up to NODES e-nodes")
     p.add_argument("--db", default=None, help="cost database (default: $RELAY_EQSAT_COST_DB or the user cache)")
     p.add_argument("--repeat", type=int, default=7, help="timings per op; the median is kept")
     p.add_argument("--min-repeat-ms", type=float, default=20.0, help="least duration of one timing")
@@ -58,6 +61,26 @@ def _load_graph(spec: str, small: bool):
     return from_relay(mod, params)
 
 
+def _rewritten_instances(graphs, node_limit: int):
+    """Kernel instances of every e-node of each graph's saturated e-graph."""
+    from relay_eqsat.egraph import EGraph
+    from relay_eqsat.rules import load_rules
+    from relay_eqsat.search.tensat import run_tensat
+
+    from .instance import instances_from_egraph
+
+    rules = load_rules()
+    out = []
+    for spec, g in graphs.items():
+        eg = EGraph()
+        root = eg.add_graph(g)
+        rep = run_tensat(eg, rules, node_limit=node_limit, k_multi=1, time_limit=60)
+        found = instances_from_egraph(eg, root)
+        print(f"{spec}: e-graph {rep.stop_reason} at {eg.num_nodes} e-nodes, {len(found)} distinct kernels")
+        out.extend(found)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from .base import CostModel, fit_fusion
     from .cache import CostCache
@@ -81,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{spec}: {len(graphs[spec])} nodes, "
               f"{len(instances_from_graph(graphs[spec]))} distinct kernels")
     instances = unique(i for g in graphs.values() for i in instances_from_graph(g))
+    if args.saturate:
+        instances = unique(instances + _rewritten_instances(graphs, args.saturate))
+        print(f"with rewritten variants: {len(instances)} distinct kernels")
     if args.limit is not None:
         fresh = [i for i in instances if cache.get(i, measurer.target, measurer.backend) is None]
         instances = [i for i in instances if i not in set(fresh[args.limit:])]

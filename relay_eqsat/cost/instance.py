@@ -150,6 +150,22 @@ def instances_from_graph(graph: TensorGraph, include_constant: bool = False) -> 
     return list(seen.values())
 
 
+def instances_from_egraph(egraph, root: int, include_constant: bool = False) -> list[OpInstance]:
+    """The distinct kernel instances of every e-node of an e-graph (what an
+    extractor may choose from), with the same exclusions as ``instances_from_graph``."""
+    seen: dict[tuple, OpInstance] = {}
+
+    def visit(op, attrs, input_types, out_type, const):
+        if op not in GRAPH_LEVEL_OPS and op != "opaque" and (include_constant or not const) \
+                and all(isinstance(t, TensorType) for t in input_types):
+            inst = OpInstance(op, attrs, tuple(input_types), out_type)
+            seen.setdefault(inst.key(), inst)
+        return 0.0
+
+    egraph.to_problem(visit, [root])
+    return list(seen.values())
+
+
 def unique(instances: Iterable[OpInstance]) -> list[OpInstance]:
     """Instances with duplicate keys removed, order kept."""
     out: dict[tuple, OpInstance] = {}
