@@ -726,6 +726,22 @@ class Rule:
         for text, _ in self.where:
             for m in re.finditer(r"\(const (\?[^\s()]+)\)", text):
                 self.const_vars.add(m.group(1))
+        # raw-environment layout and memoized application plans (see `plan`)
+        self._class_names = tuple(sorted({n for _, cls_order, _ in self.canon for n in cls_order}))
+        self._other_names = tuple(sorted({n for _, _, attr_order in self.canon for n in attr_order}))
+        self._plans: dict = {}
+        self._plans_t: dict = {}  # single-pattern rules: plans keyed on search tuples
+        # flat matches (see `apply_search_matches`): (roots..., values of `_flat_names`)
+        self._flat_names = tuple(sorted({n for _, c, a in self.canon for n in (*c, *a)}))
+        k = len(self.lhs)
+        slot = {n: k + i for i, n in enumerate(self._flat_names)}
+        self._flat = None
+        if all(v in slot for vs in self.rhs_vars for v in vs):
+            self._flat = (
+                tuple(slot[n] for n in self._class_names),
+                tuple(() if self.bare[i] else tuple(slot[v] for v in sorted(self.rhs_vars[i])) for i in range(k)),
+                [tuple(slot[n] for n in (*c, *a)) for _, c, a in self.canon],
+            )
 
     @property
     def multi(self) -> bool:
@@ -861,6 +877,34 @@ class Rule:
         for op, a, kids in pending:
             handles.append(add(op, a, [k[1] if k[0] == "h" else handles[k[1]] for k in kids]))
         return [o[1] if o[0] == "h" else handles[o[1]] for o in outs]
+
+
+    # -- memoized application -------------------------------------------
+    def plan(self, raw: dict, type_of, const_of):
+        """What applying the raw environment ``raw`` adds: ``(steps, outs)`` or None.
+
+        None when a precondition fails or a new node does not type-check.
+        ``steps`` are ``(op id, attrs id, children)`` in creation order and
+        ``outs`` one reference per output; a reference is a class id (>= 0) or
+        ``-(i + 1)`` for the node created by step ``i``. The plan depends only
+        on the environment's ids and its classes' types and constness, so
+        ``apply_matches`` memoizes it on exactly those.
+        """
+        from .egraph import attrs_id, op_id
+
+        env = self.decode(raw)
+        if self.where and not self.check(env, type_of, const_of):
+            return None
+        steps = []
+
+        def record(op, attrs, children):
+            steps.append((op_id(op), attrs_id(attrs), tuple(children)))
+            return -len(steps)
+        try:
+            outs = self.instantiate(env, type_of, const_of, record)
+        except ops.ShapeError:
+            return None
+        return tuple(steps), tuple(outs)
 
 
 # ---------------------------------------------------------------------------
@@ -1079,7 +1123,10 @@ def apply_matches(egraph, rule: Rule, envs: list[dict], cycle_check=None, node_l
     """
     type_of = egraph.class_type
     const_of = egraph.class_const
-    add = egraph_add(egraph)
+    sigs = egraph.class_sigs
+    apply_plan = egraph.apply_plan
+    plans = rule._plans
+    class_names, other_names = rule._class_names, rule._other_names
     n = len(rule.lhs)
     fired = 0
     for raw in envs:
@@ -1100,22 +1147,115 @@ def apply_matches(egraph, rule: Rule, envs: list[dict], cycle_check=None, node_l
                     break
             if bad:
                 continue
-        env = rule.decode(raw)
-        if rule.where and not rule.check(env, type_of, const_of):
+        # the plan is a function of the ids bound and the bound classes' types and constness
+        classes = tuple([raw[k] for k in class_names])
+        key = (classes, sigs(classes), tuple([raw[k] for k in other_names]))
+        plan = plans.get(key, _NO_PLAN)
+        if plan is _NO_PLAN:
+            plan = rule.plan(raw, type_of, const_of)
+            if len(plans) >= _PLAN_CACHE_SIZE:
+                plans.clear()
+            plans[key] = plan
+        if plan is None:
             continue
-        before_nodes, before_classes = egraph.num_nodes, egraph.num_classes
-        try:
-            outs = rule.instantiate(env, type_of, const_of, add)
-        except ops.ShapeError:
-            continue
-        changed = egraph.num_nodes != before_nodes
-        for r, o in zip(roots, outs):
-            if egraph.find(r) != egraph.find(o):
-                egraph.union(r, o)
-                changed = True
-        if changed or egraph.num_classes != before_classes:
+        if apply_plan(plan[0], plan[1], roots):
             fired += 1
     return fired
+
+
+PLACEHOLDER = 1 << 30  # = relay_eqsat.egraph.core.PLACEHOLDER: class references in plan templates
+
+
+def _flat_join(rule: Rule, matches: Sequence[list[tuple]]) -> list[tuple]:
+    """`Rule.join` as flat tuples ``(root_0, ..., root_{k-1}, *values of rule._flat_names)``, same order."""
+    k = len(rule.lhs)
+    slots = rule._flat[2]
+    if k == 1:
+        return matches[0]  # a search tuple is already flat: (root, *vars in canonical order)
+    width = k + len(rule._flat_names)
+    partial = []
+    for m in matches[0]:
+        vals = [None] * width
+        vals[0] = m[0]
+        for j, sl in enumerate(slots[0]):
+            vals[sl] = m[1 + j]
+        partial.append(vals)
+    bound = set(slots[0])
+    for i in range(1, k):
+        si = slots[i]
+        shared = [(j, sl) for j, sl in enumerate(si) if sl in bound]
+        index: dict[tuple, list] = {}
+        for m in matches[i]:
+            index.setdefault(tuple([m[1 + j] for j, _ in shared]), []).append(m)
+        shared_slots = [sl for _, sl in shared]
+        nxt = []
+        for vals in partial:
+            for m in index.get(tuple([vals[sl] for sl in shared_slots]), ()):
+                root = m[0]
+                if root in vals[:i]:
+                    continue
+                v2 = list(vals)
+                v2[i] = root
+                for j, sl in enumerate(si):
+                    v2[sl] = m[1 + j]
+                nxt.append(v2)
+        partial = nxt
+        if not partial:
+            return []
+        bound |= set(si)
+    return [tuple(v) for v in partial]
+
+
+def apply_search_matches(egraph, rule: Rule, matches: Sequence[list[tuple]] | None, cycle=None,
+                         node_limit: int | None = None, joined: list[tuple] | None = None) -> tuple[int, int]:
+    """`apply_matches` straight from ``EGraph.search`` tuples, one list per
+    source pattern (its canonical program's matches): returns (fired, filtered).
+
+    Same applications, in the same order, as ``apply_matches`` on
+    ``Matcher.matches``, but joined as flat tuples and applied in Cython
+    (``EGraph.apply_matches_planned``) with memoized plans. ``cycle`` is
+    None, a ``DescendantsMap`` (TENSAT's pre-filter) or a callable
+    ``(var class, root class) -> bool``; ``filtered`` counts the matches it
+    rejected. ``joined``: the matches already joined by ``_flat_join`` (then
+    ``matches`` is not used).
+    """
+    if rule._flat is None:
+        raise ValueError(f"rule {rule.name} needs the general path (apply_matches)")
+    cls_pos, rhs_pos, _ = rule._flat
+    k = len(rule.lhs)
+    flat = _flat_join(rule, matches) if joined is None else joined
+    if not flat:
+        return 0, 0
+    names = rule._flat_names if k > 1 else tuple(n for _, c, a in rule.canon for n in (*c, *a))
+    if k == 1:
+        # search tuples list their variables in canonical order, not sorted: remap positions
+        order = {n: 1 + j for j, n in enumerate(names)}
+        cls_pos = tuple(order[n] for n in rule._class_names)
+        rhs_pos = (() if rule.bare[0] else tuple(order[v] for v in sorted(rule.rhs_vars[0])),)
+    class_slots = set(cls_pos)
+    other_pos = tuple(i for i in range(k, k + len(names)) if i not in class_slots)
+    class_type, class_const = egraph.class_type, egraph.class_const
+
+    def make_plan(m, classes):
+        # a template: class classes[i] stands as PLACEHOLDER + i (order-preserving)
+        where = {c: PLACEHOLDER + i for i, c in enumerate(classes)}
+        raw = {n: where.get(v, v) if 0 <= i - k < len(names) and i in class_slots else v
+               for i, (n, v) in enumerate(zip(names, m[k:]), start=k)}
+        for i in range(k):
+            raw[("root", i)] = m[i]
+
+        def type_of(h):
+            return class_type(classes[h - PLACEHOLDER] if h >= PLACEHOLDER else h)
+
+        def const_of(h):
+            return class_const(classes[h - PLACEHOLDER] if h >= PLACEHOLDER else h)
+        return rule.plan(raw, type_of, const_of)
+    return egraph.apply_matches_planned(flat, rule._plans_t, make_plan, k, cls_pos, other_pos, rhs_pos, cycle,
+                                        -1 if node_limit is None else node_limit, _PLAN_CACHE_SIZE)
+
+
+_NO_PLAN = object()
+_PLAN_CACHE_SIZE = 500_000
 
 
 # ---------------------------------------------------------------------------

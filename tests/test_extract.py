@@ -438,3 +438,31 @@ def test_acyclic_formulations_agree_on_a_tensor_like_cyclic_egraph():
     assert by_maxsat.cost == pytest.approx(by_scip.cost, rel=1e-9)
     assert by_cpsat.cost == pytest.approx(by_scip.cost, rel=1e-9)
     assert greedy_ocf(p).cost >= by_scip.cost - 1e-9
+
+
+def test_egraph_ocf_cost_equals_greedy_ocf_on_the_problem():
+    """EGraph.ocf_cost (the MCTS reward) is greedy_ocf on to_problem, without the problem."""
+    from relay_eqsat.egraph import EGraph
+    from relay_eqsat.graph import TensorGraph
+    from relay_eqsat.rules import load_rules
+    from relay_eqsat.search.base import Limits
+    from relay_eqsat.search.tensat import TensatScheduler
+
+    g = TensorGraph()
+    x = g.var("x", (4, 8))
+    w1 = g.const(np.ones((6, 8), "float32"), "w1")
+    w2 = g.const(np.ones((5, 8), "float32"), "w2")
+    a = g.add("nn.relu", (g.add("nn.dense", (x, w1)),))
+    b = g.add("nn.dense", (x, w2))
+    g.set_output(g.add("concatenate", (a, b), {"axis": 1}))
+    eg = EGraph()
+    root = eg.add_graph(g)
+
+    def cost(op, attrs, input_types, out_type, const):
+        return 0.0 if const else 1.0 + 0.1 * len(input_types)
+
+    TensatScheduler().run(eg, load_rules("default"), Limits(node_limit=200, k_multi=2))
+    expected = get_extractor("greedy-ocf").solve(eg.to_problem(cost, [root])).cost
+    cache = {}
+    assert eg.ocf_cost(cost, cache, root) == expected
+    assert eg.copy().ocf_cost(cost, cache, root) == expected  # node costs remembered across copies

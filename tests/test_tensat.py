@@ -138,3 +138,31 @@ def test_limits_validation():
         Limits(cycle_filter="sometimes")
     with pytest.raises(ValueError):
         Limits(node_limit=0)
+
+
+def test_planned_application_matches_the_general_path():
+    """apply_search_matches (flat joins, memoized plans, Cython loop) applies
+    exactly what apply_matches does on Matcher.matches."""
+    from relay_eqsat.egraph import EGraph
+    from relay_eqsat.passes import zoo
+    from relay_eqsat.passes.relay import from_relay
+    from relay_eqsat.rules import Matcher, apply_matches, apply_search_matches, load_rules
+
+    mod, params = zoo.get("squeezenet", small=True)
+    graph = from_relay(mod, params)
+    rules = load_rules("default")
+    matcher = Matcher(rules)
+    a, b = EGraph(), EGraph()
+    a.add_graph(graph)
+    b.add_graph(graph)
+    for _ in range(2):
+        for r in rules:
+            if r._flat is None:
+                continue
+            keys = matcher.rule_keys[r.name]
+            fa = apply_matches(a, r, matcher.matches(r, matcher.search(a, keys)), a.descendants_map().reaches)
+            fb, _ = apply_search_matches(b, r, [b.search(matcher.programs[k]) for k in keys], b.descendants_map())
+            assert fa == fb, r.name
+            a.rebuild()
+            b.rebuild()
+            assert a.fingerprint() == b.fingerprint(), r.name

@@ -116,6 +116,9 @@ def infer_type_id(int op, int attrs, tuple child_types):
     return r
 
 
+PLACEHOLDER = 1 << 30  # class references in plan templates (see apply_matches_planned)
+DEF C_PLACEHOLDER = 1073741824
+
 cdef int OP_VAR = op_id("var")
 cdef int OP_CONSTANT = op_id("constant")
 cdef int OP_OPAQUE = op_id("opaque")
@@ -127,6 +130,58 @@ DEF N_CONST = 4
 # class flags
 DEF C_CONST = 1
 DEF C_OPAQUE = 2
+
+
+cdef extern from *:
+    int _ctz64 "__builtin_ctzll"(unsigned long long) nogil
+
+
+cdef inline bint _heap_less(double* hval, int32_t* hkey, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    return hval[a] < hval[b] or (hval[a] == hval[b] and hkey[a] < hkey[b])
+
+
+cdef inline void _heap_swap(double* hval, int32_t* hkey, int32_t* hnode, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    cdef double v = hval[a]
+    cdef int32_t k = hkey[a], n = hnode[a]
+    hval[a] = hval[b]; hkey[a] = hkey[b]; hnode[a] = hnode[b]
+    hval[b] = v; hkey[b] = k; hnode[b] = n
+
+
+cdef Py_ssize_t _heap_push(double* hval, int32_t* hkey, int32_t* hnode, Py_ssize_t size,
+                           double v, int32_t key, int32_t node) noexcept nogil:
+    """Push (v, key) carrying node onto a binary min-heap ordered like Python tuples; returns the size."""
+    cdef Py_ssize_t i = size, parent
+    hval[i] = v; hkey[i] = key; hnode[i] = node
+    while i > 0:
+        parent = (i - 1) >> 1
+        if _heap_less(hval, hkey, i, parent):
+            _heap_swap(hval, hkey, hnode, i, parent)
+            i = parent
+        else:
+            break
+    return size + 1
+
+
+cdef Py_ssize_t _heap_pop(double* hval, int32_t* hkey, int32_t* hnode, Py_ssize_t size) noexcept nogil:
+    """Remove the minimum (read it from index 0 first); returns the new size."""
+    cdef Py_ssize_t i = 0, l, r, m
+    size -= 1
+    if size == 0:
+        return 0
+    hval[0] = hval[size]; hkey[0] = hkey[size]; hnode[0] = hnode[size]
+    while True:
+        l = 2 * i + 1
+        r = l + 1
+        m = i
+        if l < size and _heap_less(hval, hkey, l, m):
+            m = l
+        if r < size and _heap_less(hval, hkey, r, m):
+            m = r
+        if m == i:
+            break
+        _heap_swap(hval, hkey, hnode, i, m)
+        i = m
+    return size
 
 
 cdef int32_t* _grow32(int32_t* p, Py_ssize_t n) except NULL:
@@ -161,6 +216,9 @@ cdef uint8_t* _dup8(uint8_t* p, Py_ssize_t n, Py_ssize_t cap) except NULL:
     return q
 
 
+cdef class DescendantsMap
+
+
 cdef class EGraph:
     """An e-graph of tensor operations with shape/constant analysis.
 
@@ -178,6 +236,8 @@ cdef class EGraph:
     cdef int32_t* n_next
     cdef int32_t* n_stamp
     cdef uint8_t* n_flags
+    cdef double* n_cost      # reward-extraction cost per node (see ``ocf_cost``)
+    cdef uint8_t* n_costk    # 0: n_cost unknown; 1/2: known for constness false/true
     cdef Py_ssize_t nn, ncap
     # children
     cdef int32_t* ch
@@ -206,11 +266,14 @@ cdef class EGraph:
     cdef public dict constants
     cdef public dict opaque
     cdef public object last_problem
+    cdef object cost_owner   # the cost table ``n_cost`` was filled from
 
     def __cinit__(self, *args, **kwargs):
         self.n_op = self.n_attrs = self.n_cstart = self.n_nch = NULL
         self.n_class = self.n_iter = self.n_next = self.n_stamp = NULL
         self.n_flags = NULL
+        self.n_cost = NULL
+        self.n_costk = NULL
         self.ch = NULL
         self.uf = self.c_head = self.c_tail = self.c_type = NULL
         self.c_phead = self.c_ptail = self.c_stamp = NULL
@@ -230,11 +293,13 @@ cdef class EGraph:
         self.constants = {}
         self.opaque = {}
         self.last_problem = None
+        self.cost_owner = None
 
     def __dealloc__(self):
         free(self.n_op); free(self.n_attrs); free(self.n_cstart); free(self.n_nch)
         free(self.n_class); free(self.n_iter); free(self.n_next); free(self.n_stamp)
         free(self.n_flags); free(self.ch)
+        free(self.n_cost); free(self.n_costk)
         free(self.uf); free(self.c_head); free(self.c_tail); free(self.c_type)
         free(self.c_phead); free(self.c_ptail); free(self.c_stamp); free(self.c_flags)
         free(self.p_node); free(self.p_next)
@@ -250,7 +315,12 @@ cdef class EGraph:
             self.n_next = _grow32(self.n_next, ncap)
             self.n_stamp = _grow32(self.n_stamp, ncap)
             self.n_flags = _grow8(self.n_flags, ncap)
+            self.n_costk = _grow8(self.n_costk, ncap)
+            self.n_cost = <double*> realloc(self.n_cost, ncap * sizeof(double))
+            if self.n_cost == NULL:
+                raise MemoryError()
             memset(self.n_stamp + self.ncap, 0, (ncap - self.ncap) * sizeof(int32_t))
+            memset(self.n_costk + self.ncap, 0, (ncap - self.ncap) * sizeof(uint8_t))
             self.ncap = ncap
         if chcap > self.chcap:
             self.ch = _grow32(self.ch, chcap)
@@ -291,6 +361,15 @@ cdef class EGraph:
             raise MemoryError()
         memset(g.n_stamp, 0, self.ncap * sizeof(int32_t))
         g.n_flags = _dup8(self.n_flags, self.nn, self.ncap)
+        g.n_costk = <uint8_t*> malloc(self.ncap * sizeof(uint8_t))
+        g.n_cost = <double*> malloc(self.ncap * sizeof(double))
+        if g.n_costk == NULL or g.n_cost == NULL:
+            raise MemoryError()
+        memset(g.n_costk, 0, self.ncap * sizeof(uint8_t))
+        if self.nn:
+            memcpy(g.n_costk, self.n_costk, self.nn * sizeof(uint8_t))
+            memcpy(g.n_cost, self.n_cost, self.nn * sizeof(double))
+        g.cost_owner = self.cost_owner
         g.chcap = self.chcap; g.nch = self.nch
         g.ch = _dup32(self.ch, self.nch, self.chcap)
         g.ccap = self.ccap; g.nc = self.nc
@@ -325,7 +404,7 @@ cdef class EGraph:
     # ------------------------------------------------------------------
     # union-find
     # ------------------------------------------------------------------
-    cdef inline int32_t _find(self, int32_t c) nogil:
+    cdef inline int32_t _find(self, int32_t c) noexcept nogil:
         cdef int32_t* uf = self.uf
         while uf[c] != c:
             uf[c] = uf[uf[c]]
@@ -447,6 +526,7 @@ cdef class EGraph:
         self.n_iter[n] = self.iteration
         self.n_next[n] = -1
         self.n_flags[n] = N_ALIVE
+        self.n_costk[n] = 0
         self.uf[cls] = cls
         self.c_head[cls] = n
         self.c_tail[cls] = n
@@ -518,6 +598,168 @@ cdef class EGraph:
         if graph.output is None:
             raise ValueError("graph has no output")
         return classes[graph.output]
+
+    def class_sigs(self, tuple classes):
+        """Per class id: ``type id * 2 + constant flag`` of its class (-1 for an unknown id).
+
+        Together with the ids themselves this is everything a rule's
+        preconditions and right-hand side can see of the classes it binds.
+        """
+        cdef Py_ssize_t i, m = len(classes)
+        cdef int32_t c
+        out = [0] * m
+        for i in range(m):
+            c = classes[i]
+            if c < 0 or c >= self.nc:
+                out[i] = -1
+            else:
+                c = self._find(c)
+                out[i] = (self.c_type[c] << 1) | (self.c_flags[c] & C_CONST)
+        return tuple(out)
+
+    cpdef bint apply_plan(self, tuple steps, tuple outs, list roots) except -1:
+        """Add a rule application planned by ``Rule.plan`` and merge its outputs with ``roots``.
+
+        ``steps``: ``(op id, attrs id, children)``, a child being a class id
+        or ``-(i + 1)`` for the node of step ``i``; ``outs``: one such
+        reference per root. True when the e-graph changed (new nodes or merges).
+        """
+        cdef Py_ssize_t before_nodes = self.n_alive, before_classes = self.n_canon, i
+        cdef list handles = []
+        cdef tuple st
+        cdef bint changed
+        cdef int o, r
+        for st in steps:
+            kids = [k if k >= 0 else handles[-k - 1] for k in <tuple> st[2]]
+            handles.append(self.add_ids(st[0], st[1], kids))
+        changed = self.n_alive != before_nodes
+        for i in range(len(outs)):
+            o = outs[i]
+            if o < 0:
+                o = handles[-o - 1]
+            r = roots[i]
+            if self.find(r) != self.find(o):
+                self.union(r, o)
+                changed = True
+        return changed or self.n_canon != before_classes
+
+    def apply_matches_planned(self, list matches, dict plans, object make_plan, int nroots, tuple cls_pos,
+                              tuple other_pos, tuple rhs_pos, object cycle, Py_ssize_t node_limit=-1,
+                              Py_ssize_t cache_size=500000):
+        """Apply a rule at each flat match; returns (fired, filtered).
+
+        A match is a tuple ``(root_0, ..., root_{nroots-1}, *vars)`` (for a
+        single-pattern rule, an ``EGraph.search`` tuple). It is skipped, and
+        counted as filtered, when ``cycle`` says that for some output ``i`` a
+        variable at ``rhs_pos[i]`` reaches ``root_i`` (``cycle``: None, a
+        ``DescendantsMap`` or a callable ``(var class, root) -> bool``).
+        Otherwise its plan is added (``apply_plan``). Plans are templates over
+        the match's classes: ``make_plan(match, classes)`` plans with class
+        ``classes[i]`` (the distinct classes at ``cls_pos``, ascending) standing
+        as ``PLACEHOLDER + i``; they are memoized in ``plans`` on the values at
+        ``other_pos``, the types/constness of the classes at ``cls_pos`` and
+        their order pattern, i.e. on all a rule's preconditions and right-hand
+        side can observe. Stops at ``node_limit`` nodes (-1: none). ``fired``
+        counts applications that changed the e-graph.
+        """
+        cdef Py_ssize_t fired = 0, filtered = 0, i, j, r, ncls = len(cls_pos), nout = len(rhs_pos)
+        cdef Py_ssize_t noth = len(other_pos), nd
+        cdef tuple m, pos
+        cdef int32_t c, root, v
+        cdef bint bad
+        cdef DescendantsMap dmap = cycle if isinstance(cycle, DescendantsMap) else None
+        cdef bint use_call = cycle is not None and dmap is None
+        cdef int32_t vals[64]
+        cdef int32_t dist[64]
+        if ncls > 64:
+            raise ValueError("too many class variables in one rule")
+        for m in matches:
+            if node_limit >= 0 and self.n_alive >= node_limit:
+                break
+            if dmap is not None or use_call:
+                bad = False
+                for i in range(nout):
+                    pos = <tuple> rhs_pos[i]
+                    root = m[i]
+                    for j in range(len(pos)):
+                        if dmap is not None:
+                            bad = dmap.reaches(m[<Py_ssize_t> pos[j]], root)
+                        else:
+                            bad = bool(cycle(m[<Py_ssize_t> pos[j]], root))
+                        if bad:
+                            break
+                    if bad:
+                        break
+                if bad:
+                    filtered += 1
+                    continue
+            # distinct classes, ascending (insertion sort: a handful of variables)
+            nd = 0
+            for i in range(ncls):
+                v = m[<Py_ssize_t> cls_pos[i]]
+                vals[i] = v
+                j = nd
+                while j > 0 and dist[j - 1] > v:
+                    j -= 1
+                if j > 0 and dist[j - 1] == v:
+                    continue
+                for r in range(nd, j, -1):
+                    dist[r] = dist[r - 1]
+                dist[j] = v
+                nd += 1
+            key = [0] * (noth + 2 * ncls)
+            for i in range(noth):
+                key[i] = m[<Py_ssize_t> other_pos[i]]
+            for i in range(ncls):
+                c = self._find(vals[i])
+                key[noth + i] = (self.c_type[c] << 1) | (self.c_flags[c] & C_CONST)
+                for j in range(nd):
+                    if dist[j] == vals[i]:
+                        key[noth + ncls + i] = j
+                        break
+            key = tuple(key)
+            classes = [dist[j] for j in range(nd)]
+            plan = plans.get(key, plans)  # ``plans`` itself marks a miss
+            if plan is plans:
+                plan = make_plan(m, classes)
+                if len(plans) >= cache_size:
+                    plans.clear()
+                plans[key] = plan
+            if plan is None:
+                continue
+            if self._apply_template(<tuple> plan[0], <tuple> plan[1], list(m[:nroots]), classes):
+                fired += 1
+        return fired, filtered
+
+    cdef bint _apply_template(self, tuple steps, tuple outs, list roots, list classes) except -1:
+        """``apply_plan`` for a template: a reference >= PLACEHOLDER is ``classes[ref - PLACEHOLDER]``."""
+        cdef Py_ssize_t before_nodes = self.n_alive, before_classes = self.n_canon, i
+        cdef list handles = []
+        cdef tuple st
+        cdef bint changed
+        cdef long o, r, k
+        for st in steps:
+            kids = []
+            for k in <tuple> st[2]:
+                if k < 0:
+                    kids.append(handles[-k - 1])
+                elif k >= C_PLACEHOLDER:
+                    kids.append(classes[k - C_PLACEHOLDER])
+                else:
+                    kids.append(k)
+            handles.append(self.add_ids(st[0], st[1], kids))
+        changed = self.n_alive != before_nodes
+        for i in range(len(outs)):
+            o = outs[i]
+            if o < 0:
+                o = handles[-o - 1]
+            elif o >= C_PLACEHOLDER:
+                o = classes[o - C_PLACEHOLDER]
+            r = roots[i]
+            if self.find(r) != self.find(o):
+                self.union(r, o)
+                changed = True
+        return changed or self.n_canon != before_classes
 
     # ------------------------------------------------------------------
     # rebuilding
@@ -1072,6 +1314,275 @@ cdef class EGraph:
         )
         self.last_problem = problem
         return problem
+
+    def ocf_cost(self, node_cost, dict cache, int root):
+        """Cost of the sharing-aware greedy (OCF) extraction of class ``root``.
+
+        The same algorithm as ``extract.greedy.greedy_ocf`` on
+        ``to_problem(node_cost, [root])`` (Knuth-Dijkstra order, ties to the
+        problem's node order, histories as bitsets over finalization ranks,
+        stop at the root) and the same result, the cost of the extracted DAG
+        summed in depth-first preorder, computed on the e-graph's arrays
+        without building the problem. The fast reward for MCTS.
+
+        ``node_cost`` is called as in ``to_problem``, once per distinct key
+        (op, attrs, child types, constness) in ``cache``; each node's cost is
+        also remembered in the e-graph (and its copies) while the same
+        ``cache`` is used. Raises InfeasibleError when ``root`` cannot be
+        extracted without blacklisted nodes.
+        """
+        if not self.clean:
+            self.rebuild()
+        cdef Py_ssize_t nn = self.nn, nc = self.nc
+        cdef int32_t c, n, k, s, d, m, j, idx, ncanon, rootc, want, b, nrank, big, p, top
+        cdef Py_ssize_t cnt, W, w, nheap, i, hcap, nfree, child, parent, last
+        cdef double val, added, total, bc
+        cdef uint64_t word, bit
+        cdef bint any_bit
+        if root < 0 or root >= nc:
+            raise IndexError(f"class {root} out of range")
+        rootc = self._find(root)
+        # 1. per-node costs, remembered across calls and copies
+        if self.cost_owner is not cache:
+            if nn:
+                memset(self.n_costk, 0, nn * sizeof(uint8_t))
+            self.cost_owner = cache
+        for n in range(nn):
+            if not (self.n_flags[n] & N_ALIVE):
+                continue
+            want = 2 if (self.n_flags[n] & N_CONST) else 1
+            if self.n_costk[n] == want:
+                continue
+            s = self.n_cstart[n]
+            types = tuple([self.c_type[self._find(self.ch[s + k])] for k in range(self.n_nch[n])])
+            const = want == 2
+            ckey = (self.n_op[n], self.n_attrs[n], types, const)
+            cost = cache.get(ckey)
+            if cost is None:
+                cost = float(node_cost(_OP_NAMES[self.n_op[n]], _ATTRS[self.n_attrs[n]],
+                                       [_TYPES[t] for t in types],
+                                       _TYPES[self.c_type[self._find(self.n_class[n])]], const))
+                cache[ckey] = cost
+            self.n_cost[n] = cost
+            self.n_costk[n] = want
+
+        cdef int32_t* pidx = <int32_t*> malloc((nn + 1) * sizeof(int32_t))
+        cdef int32_t* ncls = <int32_t*> malloc((nn + 1) * sizeof(int32_t))
+        cdef int32_t* dk_off = <int32_t*> malloc((nn + 1) * sizeof(int32_t))
+        cdef int32_t* dk = <int32_t*> malloc((self.nch + 1) * sizeof(int32_t))
+        cdef int32_t* dk_cnt = <int32_t*> malloc((nn + 1) * sizeof(int32_t))
+        cdef int32_t* pending = <int32_t*> malloc((nn + 1) * sizeof(int32_t))
+        cdef int32_t* mark = <int32_t*> malloc((nc + 1) * sizeof(int32_t))
+        cdef int32_t* par_off = <int32_t*> malloc((nc + 2) * sizeof(int32_t))
+        cdef int32_t* par = <int32_t*> malloc((self.nch + 1) * sizeof(int32_t))
+        cdef int32_t* holders = <int32_t*> malloc((nc + 1) * sizeof(int32_t))
+        cdef int32_t* hidx = <int32_t*> malloc((nc + 1) * sizeof(int32_t))
+        cdef int32_t* choice = <int32_t*> malloc((nc + 1) * sizeof(int32_t))
+        cdef double* ccost = <double*> malloc((nc + 1) * sizeof(double))
+        cdef double* rweight = <double*> malloc((nc + 1) * sizeof(double))
+        cdef double* hval = <double*> malloc((nn + 1) * sizeof(double))
+        cdef int32_t* hkey = <int32_t*> malloc((nn + 1) * sizeof(int32_t))
+        cdef int32_t* hnode = <int32_t*> malloc((nn + 1) * sizeof(int32_t))
+        cdef int32_t* stack = <int32_t*> malloc((self.nch + 2) * sizeof(int32_t))
+        cdef int32_t* freelist = NULL
+        cdef uint64_t* pool = NULL
+        cdef uint64_t* tmp = NULL
+        cdef uint64_t* hb
+        cdef uint64_t* pool2
+        try:
+            if (pidx == NULL or ncls == NULL or dk_cnt == NULL or dk_off == NULL or dk == NULL or pending == NULL
+                    or mark == NULL or par_off == NULL or par == NULL or holders == NULL or hidx == NULL
+                    or choice == NULL or ccost == NULL or rweight == NULL or hval == NULL or hkey == NULL
+                    or hnode == NULL or stack == NULL):
+                raise MemoryError()
+            # 2. problem order, distinct canonical children, parents
+            idx = 0
+            ncanon = 0
+            cnt = 0
+            memset(mark, 0xff, (nc + 1) * sizeof(int32_t))
+            memset(par_off, 0, (nc + 2) * sizeof(int32_t))
+            for c in range(nc):
+                if self.uf[c] != c:
+                    continue
+                ncanon += 1
+                n = self.c_head[c]
+                while n >= 0:
+                    if self.n_flags[n] & N_ALIVE:
+                        pidx[n] = idx
+                        idx += 1
+                        ncls[n] = c
+                        dk_off[n] = cnt
+                        s = self.n_cstart[n]
+                        for k in range(self.n_nch[n]):
+                            d = self._find(self.ch[s + k])
+                            if mark[d] != n:
+                                mark[d] = n
+                                dk[cnt] = d
+                                cnt += 1
+                        pending[n] = cnt - dk_off[n]
+                        dk_cnt[n] = pending[n]
+                        if not (self.n_flags[n] & N_BLACK):
+                            for j in range(dk_off[n], cnt):
+                                par_off[dk[j] + 1] += 1
+                    n = self.n_next[n]
+            for c in range(nc):
+                par_off[c + 1] += par_off[c]
+                holders[c] = par_off[c + 1] - par_off[c]
+                mark[c] = par_off[c]  # fill cursor
+                hidx[c] = -1
+                choice[c] = -1
+            for c in range(nc):
+                if self.uf[c] != c:
+                    continue
+                n = self.c_head[c]
+                while n >= 0:
+                    if (self.n_flags[n] & N_ALIVE) and not (self.n_flags[n] & N_BLACK):
+                        last = dk_off[n] + pending[n]
+                        for j in range(dk_off[n], last):
+                            d = dk[j]
+                            par[mark[d]] = n
+                            mark[d] += 1
+                    n = self.n_next[n]
+            # 3. histories: W-word bitsets in a pool of blocks, recycled through a free list
+            W = (ncanon + 63) // 64
+            if W < 1:
+                W = 1
+            hcap = 64
+            pool = <uint64_t*> malloc(hcap * W * sizeof(uint64_t))
+            freelist = <int32_t*> malloc(hcap * sizeof(int32_t))
+            tmp = <uint64_t*> malloc(W * sizeof(uint64_t))
+            if pool == NULL or freelist == NULL or tmp == NULL:
+                raise MemoryError()
+            nfree = hcap
+            for i in range(hcap):
+                freelist[i] = <int32_t> (hcap - 1 - i)
+            # 4. Knuth-Dijkstra
+            nheap = 0
+            for c in range(nc):
+                if self.uf[c] != c:
+                    continue
+                n = self.c_head[c]
+                while n >= 0:
+                    if (self.n_flags[n] & N_ALIVE) and not (self.n_flags[n] & N_BLACK) and pending[n] == 0:
+                        nheap = _heap_push(hval, hkey, hnode, nheap, self.n_cost[n], pidx[n], n)
+                    n = self.n_next[n]
+            nrank = 0
+            while nheap > 0:
+                val = hval[0]
+                n = hnode[0]
+                nheap = _heap_pop(hval, hkey, hnode, nheap)
+                c = ncls[n]
+                if choice[c] >= 0:
+                    continue
+                # history of c: the union of its children's, plus its own rank
+                if nfree == 0:
+                    pool2 = <uint64_t*> realloc(pool, 2 * hcap * W * sizeof(uint64_t))
+                    if pool2 == NULL:
+                        raise MemoryError()
+                    pool = pool2
+                    free(freelist)
+                    freelist = <int32_t*> malloc(2 * hcap * sizeof(int32_t))
+                    if freelist == NULL:
+                        raise MemoryError()
+                    for i in range(hcap):
+                        freelist[i] = <int32_t> (2 * hcap - 1 - i)
+                    nfree = hcap
+                    hcap *= 2
+                nfree -= 1
+                b = freelist[nfree]
+                hidx[c] = b
+                hb = pool + b * W
+                memset(hb, 0, W * sizeof(uint64_t))
+                last = dk_off[n] + dk_cnt[n]
+                for j in range(dk_off[n], last):
+                    d = dk[j]
+                    for w in range(W):
+                        hb[w] |= pool[hidx[d] * W + w]
+                hb[nrank >> 6] |= (<uint64_t> 1) << (nrank & 63)
+                rweight[nrank] = self.n_cost[n]
+                nrank += 1
+                choice[c] = n
+                ccost[c] = val
+                # every node of c is now moot: release the child histories it was holding
+                m = self.c_head[c]
+                while m >= 0:
+                    if (self.n_flags[m] & N_ALIVE) and not (self.n_flags[m] & N_BLACK):
+                        last = dk_off[m] + dk_cnt[m]
+                        for j in range(dk_off[m], last):
+                            d = dk[j]
+                            holders[d] -= 1
+                            if holders[d] == 0 and choice[d] >= 0 and hidx[d] >= 0:
+                                freelist[nfree] = hidx[d]
+                                nfree += 1
+                                hidx[d] = -1
+                    m = self.n_next[m]
+                if holders[c] == 0 and hidx[c] >= 0:
+                    freelist[nfree] = hidx[c]
+                    nfree += 1
+                    hidx[c] = -1
+                if c == rootc:
+                    break
+                for j in range(par_off[c], par_off[c + 1]):
+                    p = par[j]
+                    pending[p] -= 1
+                    if pending[p] == 0 and choice[ncls[p]] < 0:
+                        # node value: own cost + the cost of the union of the children's histories
+                        last = dk_off[p] + dk_cnt[p]
+                        k = last - dk_off[p]
+                        if k == 0:
+                            val = self.n_cost[p]
+                        elif k == 1:
+                            val = self.n_cost[p] + ccost[dk[dk_off[p]]]
+                        else:
+                            big = dk[dk_off[p]]
+                            for i in range(dk_off[p] + 1, last):
+                                if ccost[dk[i]] > ccost[big]:
+                                    big = dk[i]
+                            memset(tmp, 0, W * sizeof(uint64_t))
+                            for i in range(dk_off[p], last):
+                                d = dk[i]
+                                for w in range(W):
+                                    tmp[w] |= pool[hidx[d] * W + w]
+                            added = 0.0
+                            any_bit = False
+                            for w in range(W):
+                                word = tmp[w] & ~pool[hidx[big] * W + w]
+                                while word:
+                                    bit = word & (~word + 1)
+                                    added += rweight[w * 64 + _ctz64(bit)]
+                                    word ^= bit
+                                    any_bit = True
+                            val = self.n_cost[p] + ccost[big]
+                            if any_bit:
+                                val = val + added
+                        nheap = _heap_push(hval, hkey, hnode, nheap, val, pidx[p], p)
+            if choice[rootc] < 0:
+                from ..extract.validate import InfeasibleError
+                raise InfeasibleError(f"root class {rootc} has no acyclic extraction that avoids "
+                                      "the blacklisted nodes")
+            # 5. cost of the extracted DAG, summed in depth-first preorder (as solution_cost)
+            memset(mark, 0xff, (nc + 1) * sizeof(int32_t))
+            total = 0.0
+            top = 0
+            stack[0] = rootc
+            top = 1
+            while top > 0:
+                top -= 1
+                c = stack[top]
+                if mark[c] == 1:
+                    continue
+                mark[c] = 1
+                n = choice[c]
+                total += self.n_cost[n]
+                s = self.n_cstart[n]
+                for k in range(self.n_nch[n]):
+                    stack[top] = self._find(self.ch[s + k])
+                    top += 1
+            return total
+        finally:
+            free(pidx); free(ncls); free(dk_cnt); free(dk_off); free(dk); free(pending); free(mark); free(par_off)
+            free(par); free(holders); free(hidx); free(choice); free(ccost); free(rweight); free(hval)
+            free(hkey); free(hnode); free(stack); free(freelist); free(pool); free(tmp)
 
     def build_graph(self, choice, root=None, problem=None):
         """Rebuild a TensorGraph from an extraction ``choice`` (problem class

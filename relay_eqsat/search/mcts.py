@@ -289,7 +289,10 @@ class EGraphEnvironment:
 
     ``node_cost`` is the e-graph's cost callable (see ``EGraph.to_problem``);
     rewards come from ``extractor`` (default: the sharing-aware greedy "OCF"),
-    cached by e-graph fingerprint.
+    cached by e-graph fingerprint. The OCF greedy runs directly on the
+    e-graph's arrays (``EGraph.ocf_cost``, same result as ``greedy_ocf`` on
+    ``to_problem``), with node costs remembered per node across clones; any
+    other extractor goes through ``to_problem``.
     """
 
     def __init__(self, rules: Sequence[Any], root: int, node_cost, limits=None, extractor=None):
@@ -305,6 +308,8 @@ class EGraphEnvironment:
         self.matcher = Matcher(self.actions)
         self.scratch = SearchReport()  # statistics of every step, simulations included
         self._costs: dict = {}
+        self._node_costs: dict = {}  # (op, attrs, child types, const) -> cost, for ocf_cost
+        self._fast_ocf = self.extractor.name == "greedy-ocf" and not getattr(self.extractor, "options", None)
         self.extractions = 0
         self.cache_hits = 0
 
@@ -332,8 +337,11 @@ class EGraphEnvironment:
         fp = g.fingerprint()
         c = self._costs.get(fp)
         if c is None:
-            problem = g.to_problem(self.node_cost, [self.root])
-            c = self.extractor.solve(problem).cost
+            if self._fast_ocf:
+                c = g.ocf_cost(self.node_cost, self._node_costs, self.root)
+            else:
+                problem = g.to_problem(self.node_cost, [self.root])
+                c = self.extractor.solve(problem).cost
             self._costs[fp] = c
             self.extractions += 1
         else:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..rules import Matcher, Rule, apply_matches
+from ..rules import Matcher, Rule, _flat_join, apply_matches, apply_search_matches
 from .base import Limits, Scheduler, SearchReport
 
 
@@ -44,23 +44,17 @@ def rewrite_step(egraph, matcher: Matcher, active: Sequence[Rule], limits: Limit
     found = matcher.search(egraph, keys)
     rep.search_time += time.perf_counter() - ts
 
-    # pre-filter setup
-    tf = time.perf_counter()
+    # pre-filter: the descendants map is the e-graph at the start of the
+    # iteration, taken just before the first application (nothing has changed
+    # before it), and not at all when no rule matches
     check = None
     counter = [0]
-    if limits.cycle_filter == "efficient":
-        dmap = egraph.descendants_map()
-
-        def check(v, r, reaches=dmap.reaches):
-            bad = reaches(v, r)
-            counter[0] += bad
-            return bad
-    elif limits.cycle_filter == "vanilla":
+    dmap = None
+    if limits.cycle_filter == "vanilla":
         def check(v, r, reachable=egraph.reachable):
             bad = reachable(v, r)
             counter[0] += bad
             return bad
-    rep.filter_time += time.perf_counter() - tf
 
     # apply
     ta = time.perf_counter()
@@ -72,10 +66,29 @@ def rewrite_step(egraph, matcher: Matcher, active: Sequence[Rule], limits: Limit
         if time.perf_counter() >= deadline:
             timed_out = True
             break
-        envs = matcher.matches(r, found)
+        keys = matcher.rule_keys[r.name]
+        if not all(found[k] for k in keys):
+            continue  # a source pattern without matches: the join is empty
+        flat = r._flat is not None
+        envs = _flat_join(r, [found[k] for k in keys]) if flat else matcher.matches(r, found)
         if not envs:
             continue
-        n = apply_matches(egraph, r, envs, check, limits.node_limit)
+        if limits.cycle_filter == "efficient" and dmap is None:
+            tf = time.perf_counter()
+            dmap = egraph.descendants_map()
+
+            def check(v, r, reaches=dmap.reaches):
+                bad = reaches(v, r)
+                counter[0] += bad
+                return bad
+            rep.filter_time += time.perf_counter() - tf
+        if flat:
+            cycle = dmap if limits.cycle_filter == "efficient" else (
+                egraph.reachable if limits.cycle_filter == "vanilla" else None)
+            n, filtered = apply_search_matches(egraph, r, None, cycle, limits.node_limit, joined=envs)
+            counter[0] += filtered
+        else:
+            n = apply_matches(egraph, r, envs, check, limits.node_limit)
         rep.fired[r.name] = rep.fired.get(r.name, 0) + n
         changed = changed or n > 0
     rep.apply_time += time.perf_counter() - ta
