@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYX := $(wildcard relay_eqsat/egraph/*.pyx relay_eqsat/egraph/*.pxd)
 EXT_STAMP := $(VENV)/.ext-built
-DEMO_MODEL ?= zoo:squeezenet
+DEMO_MODEL ?= zoo:nasrnn
 PYTEST_ARGS ?=
 # bench scripts run by `make bench`, in order; BENCH_ARGS go to each (e.g. "--small --models squeezenet,bert")
 BENCH_SCRIPTS := egraph_throughput extraction cost_accuracy mcts_vs_tensat end_to_end

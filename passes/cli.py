@@ -1,0 +1,344 @@
+"""The TVM-backed subcommands of ``relay-eqsat``: ``optimize`` and ``tvmc``.
+
+Registered lazily from :data:`relay_eqsat.cli.COMMANDS`; registration stays
+TVM-free, the handlers import TVM.
+
+``relay-eqsat optimize MODEL`` optimizes a zoo model (``zoo:NAME``) or a
+model file tvmc can load (.onnx, .tflite, .pb, .relay...), builds the original
+and the optimized program with ``relay.build`` at opt_level 3 for the same
+target, checks that they compute the same outputs on random inputs, measures
+both, and prints a before/after table.
+
+``relay-eqsat tvmc ARGS...`` is tvmc's own command line with ``compile
+--eqsat`` and the ``eqsat`` composite target added (see
+:mod:`relay_eqsat.passes.tvmc`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+# optimize's options that map 1:1 onto EqSatPass options: (flag, option, type, help)
+_PASS_FLAGS = [
+    ("--search", "search", str, "scheduler: tensat | mcts | none"),
+    ("--budget", "budget", int, "MCTS iterations per applied rule"),
+    ("--node-limit", "node_limit", int, "e-graph size limit in e-nodes"),
+    ("--iter-limit", "iter_limit", int, "TENSAT iterations"),
+    ("--k-multi", "k_multi", int, "iterations in which multi-pattern rules run (TENSAT)"),
+    ("--extractor", "extractor", str, "extractor scoring MCTS rollouts"),
+    ("--final-extractor", "final_extractor", str, "extractor for the result (greedy, greedy-ocf, ilp-topo, "
+                                                  "ilp-acyc, maxsat)"),
+    ("--cost", "cost", str, "cost model: auto | measured | learned | analytic"),
+    ("--time-limit", "time_limit", float, "seconds for the search"),
+    ("--extract-time-limit", "extract_time_limit", float, "seconds for the final extraction"),
+    ("--seed", "seed", int, "MCTS randomness"),
+    ("--rules", "rules", str, "rule set name or a .rules file path"),
+]
+
+
+def add_optimize_command(subparsers) -> None:
+    """``relay-eqsat optimize MODEL``: optimize, build, check, measure, print before/after."""
+    p = subparsers.add_parser(
+        "optimize", help="optimize a zoo model or model file; print measured before/after",
+        description="Optimize MODEL (zoo:NAME or a file tvmc can load, e.g. model.onnx) with EqSatPass, "
+                    "build the original and the optimized program with TVM at opt_level 3 for the same target, "
+                    "check their outputs agree on random inputs (exit status 1 if not) and print predicted "
+                    "cost, measured runtime (median of --repeat timings), speedup, optimization time, stop "
+                    "reason and rules fired.")
+    p.add_argument("model", metavar="MODEL", help="zoo:NAME (e.g. zoo:squeezenet) or a model file")
+    p.add_argument("--small", action="store_true", help="the zoo model's small configuration")
+    p.add_argument("--batch", type=int, default=1, help="zoo model batch size")
+    p.add_argument("--input-shapes", default=None,
+                   help='model file input shapes, tvmc syntax: "name:[1,3,224,224] other:[1,10]"')
+    p.add_argument("--target", default=None,
+                   help="TVM target for building, measuring and the costs (default: the host CPU)")
+    for flag, dest, typ, text in _PASS_FLAGS:
+        p.add_argument(flag, dest=dest, type=typ, default=None, help=f"{text} (default: EqSatPass's)")
+    p.add_argument("--repeat", type=int, default=7,
+                   help="timings per program, alternating between the two (median reported)")
+    p.add_argument("--number", type=int, default=5, help="runs averaged per timing")
+    p.add_argument("--no-measure", action="store_true", help="skip building and measuring (costs only)")
+    p.add_argument("--rtol", type=float, default=1e-4,
+                   help="output tolerance: max |a-b| <= rtol * max(1, max |a|) (default 1e-4)")
+    p.add_argument("-o", "--output", metavar="OUT.json", default=None, help="write the report as JSON")
+    p.add_argument("--save-module", metavar="PATH", default=None,
+                   help="write the optimized module: tvm.ir.save_json if PATH ends in .json, else Relay text "
+                        "(with metadata, readable by tvm.relay.parse; without the report attribute)")
+    p.add_argument("--plot", metavar="PATH.png", default=None, help="bar chart of cost and runtime")
+    p.add_argument("-v", "--verbose", action="store_true", help="log the optimizer's progress")
+    p.set_defaults(func=run_optimize)
+
+
+def add_tvmc_command(subparsers) -> None:
+    """``relay-eqsat tvmc ARGS...``: tvmc with ``compile --eqsat`` and the ``eqsat`` composite target."""
+    p = subparsers.add_parser(
+        "tvmc", add_help=False, prefix_chars="\0",
+        help="tvmc (TVM's driver) with `compile --eqsat` and the `eqsat` composite target",
+        description="Everything after `tvmc` goes to tvmc's own command line, e.g. "
+                    "`relay-eqsat tvmc compile --eqsat --eqsat-search mcts model.onnx -o model.tar`.")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=run_tvmc)
+
+
+def run_tvmc(args) -> int:
+    from .tvmc import tvmc_main
+
+    return tvmc_main(args.args)
+
+
+# -- optimize -------------------------------------------------------------------------
+
+def load_model(spec: str, small: bool = False, batch: int = 1, input_shapes: str | None = None):
+    """``(mod, params)`` of ``zoo:NAME`` or of a model file (through tvmc's frontends)."""
+    if spec.startswith("zoo:"):
+        from . import zoo
+
+        return zoo.get(spec[4:], small=small, batch=batch)
+    from tvm.driver.tvmc import frontends
+    from tvm.driver.tvmc.shape_parser import parse_shape_string
+
+    shapes = parse_shape_string(input_shapes) if input_shapes else None
+    model = frontends.load_model(spec, shape_dict=shapes)
+    return model.mod, model.params
+
+
+def _input_types(mod) -> dict[str, tuple[list[int], str]]:
+    return {v.name_hint: ([int(d) for d in v.checked_type.shape], str(v.checked_type.dtype))
+            for v in mod["main"].params}
+
+
+def compare_outputs(ref, got) -> float:
+    """Largest ``max|a-b| / max(1, max|a|)`` over the outputs; inf on a shape/dtype/count mismatch."""
+    import numpy as np
+
+    if len(ref) != len(got):
+        return float("inf")
+    worst = 0.0
+    for r, g in zip(ref, got):
+        if r.shape != g.shape or r.dtype != g.dtype:
+            return float("inf")
+        if r.size == 0:
+            continue
+        r64, g64 = r.astype(np.float64), g.astype(np.float64)
+        err = float(np.abs(r64 - g64).max()) / max(1.0, float(np.abs(r64).max()))
+        worst = max(worst, err if np.isfinite(err) else float("inf"))
+    return worst
+
+
+def build_and_run(mod, inputs, target: str):
+    """Build ``mod`` at opt_level 3 for ``target`` and run it once; returns
+    (graph executor module, outputs, build seconds)."""
+    import tvm
+    from tvm.contrib import graph_executor
+
+    from .target import build
+
+    t0 = time.perf_counter()
+    lib = build(mod, target=target, opt_level=3)
+    build_seconds = time.perf_counter() - t0
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    for name, value in inputs.items():
+        m.set_input(name, value)
+    m.run()
+    return m, [m.get_output(i).numpy() for i in range(m.get_num_outputs())], build_seconds
+
+
+def time_interleaved(modules, number: int, repeat: int) -> list[float]:
+    """Median seconds per run of each graph executor module; the timings
+    alternate between the modules (``repeat`` rounds of ``number`` runs each),
+    so load from other processes affects all of them alike."""
+    import tvm
+
+    timers = [m.module.time_evaluator("run", tvm.cpu(0), number=number, repeat=1) for m in modules]
+    for t in timers:  # warm up
+        t()
+    samples = [[] for _ in modules]
+    for _ in range(repeat):
+        for k, t in enumerate(timers):
+            samples[k].append(t().results[0])
+    return [float(statistics.median(s)) for s in samples]
+
+
+def _fmt_ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f} ms"
+
+
+def format_table(result: dict) -> str:
+    """The before/after table of :func:`run_optimize`'s result."""
+    rep = result["report"]
+    rows = [("", "original", "optimized", "ratio")]
+    cb, ca = rep.get("cost_before", 0.0), rep.get("cost_after", 0.0)
+    rows.append(("predicted cost", _fmt_ms(cb), _fmt_ms(ca), f"{cb / ca:.3f}x" if ca > 0 else "-"))
+    m = result.get("measured")
+    if m:
+        rows.append(("measured runtime (median)", _fmt_ms(m["original"]), _fmt_ms(m["optimized"]),
+                     f"{m['speedup']:.3f}x"))
+    rows.append(("graph nodes", str(rep.get("nodes_before", "-")), str(rep.get("nodes_after", "-")), ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+             for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    fired = {k: v for k, v in sorted((rep.get("rules_fired") or {}).items(), key=lambda kv: -kv[1]) if v}
+    top = ", ".join(f"{k} x{v}" for k, v in list(fired.items())[:8])
+    more = f", ... ({len(fired) - 8} more)" if len(fired) > 8 else ""
+    lines += [
+        "",
+        f"model:             {result['model']}  (target {result['target']})",
+        f"result:            {'changed' if rep.get('changed') else 'unchanged'} ({rep.get('reason', '')})",
+        f"optimization time: {rep.get('total_time', 0.0):.2f} s (search {rep.get('search_time', 0.0):.2f} s, "
+        f"extraction {rep.get('extract_time', 0.0):.2f} s)",
+        f"search:            {rep.get('search', '')}, stopped: {rep.get('stop_reason', '')} after "
+        f"{rep.get('iterations', 0)} steps; e-graph {rep.get('egraph_nodes', 0)} nodes / "
+        f"{rep.get('egraph_classes', 0)} classes",
+        f"extraction:        {rep.get('extractor', '')} [{rep.get('extract_status', '')}"
+        f"{', optimal' if rep.get('optimal') else ''}]",
+        f"rules fired:       {sum(fired.values())} applications of {len(fired)} rules"
+        + (f": {top}{more}" if fired else ""),
+    ]
+    if m:
+        if not rep.get("changed"):
+            lines.append("measured:          the input program was kept, so it was built and measured once")
+        lines += [f"build time:        {m['build_original']:.1f} s original, {m['build_optimized']:.1f} s optimized",
+                  f"output check:      max error {m['max_error']:.3g} relative to max(1, max|out|) = "
+                  f"{m['output_scale']:.3g} (tolerance {result['rtol']:g}): {'OK' if m['equal'] else 'MISMATCH'}"]
+    return "\n".join(lines)
+
+
+def plot_result(result: dict, path: str) -> None:
+    """Bar chart: predicted cost and measured runtime, original vs optimized."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rep, m = result["report"], result.get("measured")
+    groups = [("predicted cost", rep["cost_before"], rep["cost_after"])]
+    if m:
+        groups.append(("measured runtime", m["original"], m["optimized"]))
+    fig, axes = plt.subplots(1, len(groups), figsize=(3.2 * len(groups) + 0.5, 3.2), squeeze=False)
+    for ax, (title, before, after) in zip(axes[0], groups):
+        bars = ax.bar(["original", "optimized"], [before * 1e3, after * 1e3], color=["#888888", "#2a7ab9"])
+        ax.bar_label(bars, fmt="%.3f")
+        ax.set_title(f"{title} ({before / after:.2f}x)" if after > 0 else title)
+        ax.set_ylabel("ms")
+        ax.margins(y=0.18)
+    fig.suptitle(result["model"])
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def without_report_attr(mod):
+    """``mod`` with the report attribute dropped from ``main``: Relay's text
+    parser rejects attribute keys with a dot and string values with quotes, so
+    the text form (``--save-module x.relay``) leaves it out (``-o`` has it)."""
+    import tvm
+    from tvm import relay
+
+    from .eqsat_pass import REPORT_ATTR
+
+    func = mod["main"]
+    if func.attrs is None or REPORT_ATTR not in func.attrs:
+        return mod
+    attrs = {k: func.attrs[k] for k in func.attrs.keys() if k != REPORT_ATTR}
+    new = relay.Function(func.params, func.body, func.ret_type, func.type_params,
+                         tvm.ir.make_node("DictAttrs", **attrs) if attrs else None)
+    out = tvm.IRModule({gv: (new if gv.name_hint == "main" else f) for gv, f in mod.functions.items()},
+                       mod.type_definitions)
+    return relay.transform.InferType()(out)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def run_optimize(args) -> int:
+    import logging
+    import warnings
+
+    import numpy as np
+    import tvm
+    from tvm import relay
+
+    from .eqsat_pass import EqSatPass, bind_params
+    from .target import host_target, random_inputs
+
+    if args.verbose:
+        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    target = args.target or host_target()
+    try:
+        mod, params = load_model(args.model, args.small, args.batch, args.input_shapes)
+    except (ValueError, OSError) as e:
+        print(f"relay-eqsat optimize: {e}", file=sys.stderr)
+        return 2
+    mod = relay.transform.InferType()(mod)
+    original = bind_params(mod, params) if params else mod
+    options = {dest: getattr(args, dest) for _, dest, _, _ in _PASS_FLAGS if getattr(args, dest) is not None}
+    options["target"] = target
+    try:
+        eqsat = EqSatPass(**options)
+    except ValueError as e:
+        print(f"relay-eqsat optimize: {e}", file=sys.stderr)
+        return 2
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with tvm.transform.PassContext(opt_level=3):
+            optimized = eqsat(original)
+    for w in caught:
+        if "EqSatPass" in str(w.message):
+            print(f"warning: {w.message}", file=sys.stderr)
+    report = eqsat.last_report
+    if report is None:
+        print("relay-eqsat optimize: the pass did not run (see the warning above)", file=sys.stderr)
+        return 2
+    result = {"model": args.model + (" (small)" if args.small else ""), "target": target, "rtol": args.rtol,
+              "options": {k: v for k, v in (eqsat.last_options or {}).items()}, "report": report}
+    status = 0
+    if not args.no_measure:
+        inputs = random_inputs(_input_types(original), seed=0)
+        m_orig, ref, b_orig = build_and_run(original, inputs, target)
+        if optimized.same_as(original):
+            # never worse kept the input: one program, one measurement (a ratio would be noise)
+            (t_orig,) = time_interleaved([m_orig], args.number, args.repeat)
+            t_opt, got, b_opt = t_orig, ref, 0.0
+        else:
+            m_opt, got, b_opt = build_and_run(optimized, inputs, target)
+            t_orig, t_opt = time_interleaved([m_orig, m_opt], args.number, args.repeat)
+        err = compare_outputs(ref, got)
+        scale = max([1.0] + [float(np.abs(r).max()) for r in ref if r.size])
+        result["measured"] = {"original": t_orig, "optimized": t_opt, "speedup": t_orig / t_opt,
+                              "build_original": b_orig, "build_optimized": b_opt, "max_error": err,
+                              "output_scale": scale,
+                              "equal": err <= args.rtol, "repeat": args.repeat, "number": args.number}
+        if not err <= args.rtol:
+            status = 1
+    print(format_table(result))
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump(_jsonable(result), f, indent=1)
+        print(f"report:            {args.output}")
+    if args.save_module:
+        if args.save_module.endswith(".json"):
+            text = tvm.ir.save_json(optimized)
+        else:
+            text = without_report_attr(optimized).astext(show_meta_data=True)
+        with open(args.save_module, "w") as f:
+            f.write(text)
+        print(f"optimized module:  {args.save_module}")
+    if args.plot:
+        plot_result(result, args.plot)
+        print(f"plot:              {args.plot}")
+    if status:
+        print("relay-eqsat optimize: the optimized program's outputs differ from the original's",
+              file=sys.stderr)
+    return status

@@ -1,0 +1,102 @@
+"""``relay-eqsat optimize MODEL``: before/after table with measured TVM runtimes,
+output check (nonzero exit status on a mismatch), JSON report, saved module,
+plot; on a zoo model and on an ONNX file. Runs the CLI's ``main`` in-process."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+tvm = pytest.importorskip("tvm")
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from relay_eqsat.cli import main  # noqa: E402
+from relay_eqsat.graph import Node  # noqa: E402
+from relay_eqsat.passes import eqsat_pass  # noqa: E402
+from relay_eqsat.passes.target import build, random_inputs, run  # noqa: E402
+
+pytestmark = pytest.mark.tvm
+
+QUICK = ["--final-extractor", "greedy-ocf", "--repeat", "2", "--number", "1"]
+
+
+def onnx_model(path):
+    """Two parallel 3x3 convolutions of one input, relu, concatenated."""
+    rng = np.random.default_rng(0)
+    weights = {"w1": (8, 4, 3, 3), "b1": (8,), "w2": (8, 4, 3, 3), "b2": (8,)}
+    inits = [numpy_helper.from_array((0.5 * rng.standard_normal(s)).astype(np.float32), n) for n, s in weights.items()]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+             helper.make_node("Conv", ["x", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+             helper.make_node("Relu", ["c1"], ["r1"]), helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Concat", ["r1", "r2"], ["y"], axis=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 12, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 12, 12])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, str(path))
+    return path
+
+
+def test_optimize_zoo_model(tmp_path, capsys):
+    out_json, module, plot = tmp_path / "r.json", tmp_path / "m.json", tmp_path / "p.png"
+    status = main(["optimize", "zoo:squeezenet", "--small", *QUICK, "--node-limit", "3000", "--search", "tensat",
+                   "-o", str(out_json), "--save-module", str(module), "--plot", str(plot)])
+    text = capsys.readouterr().out
+    assert status == 0, text
+    for needle in ("predicted cost", "measured runtime (median)", "optimization time:", "stopped: saturated",
+                   "rules fired:", "output check:", ": OK"):
+        assert needle in text
+    result = json.loads(out_json.read_text())
+    m = result["measured"]
+    assert m["equal"] and m["max_error"] <= 1e-4 and m["original"] > 0 and m["optimized"] > 0
+    assert m["speedup"] == pytest.approx(m["original"] / m["optimized"])
+    assert result["report"]["changed"] and result["options"]["node_limit"] == 3000
+    assert f"{m['speedup']:.3f}x" in text  # the table prints what was measured
+    # the saved module is the optimized program: params bound, loads and computes the same
+    saved = tvm.ir.load_json(module.read_text())
+    assert [p.name_hint for p in saved["main"].params] == ["data"]
+    assert eqsat_pass.REPORT_ATTR in saved["main"].attrs
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_optimize_onnx_file_and_text_module(tmp_path, capsys):
+    model = onnx_model(tmp_path / "par.onnx")
+    text_out = tmp_path / "m.relay"
+    status = main(["optimize", str(model), *QUICK, "--save-module", str(text_out)])
+    text = capsys.readouterr().out
+    assert status == 0, text
+    assert "changed (cheaper program found)" in text and "conv-merge" in text
+    saved = tvm.relay.parse(text_out.read_text())
+    inputs = random_inputs({"x": ((1, 4, 12, 12), "float32")})
+    from tvm.driver.tvmc import frontends
+
+    original = frontends.load_model(str(model))
+    ref = run(build(original.mod, params=original.params), inputs)
+    got = run(build(saved), inputs)
+    assert np.abs(ref[0] - got[0]).max() <= 1e-4 * max(1.0, float(np.abs(ref[0]).max()))
+
+
+def test_optimize_mismatch_exits_nonzero(tmp_path, capsys, monkeypatch):
+    def wrong(graph, options):  # relu -> sigmoid: not equivalent
+        g = graph.compact()
+        g.nodes = [Node("sigmoid", n.inputs, n.attrs, n.type) if n.op == "nn.relu" else n for n in g.nodes]
+        return g, {"changed": True, "reason": "test", "cost_before": 2.0, "cost_after": 1.0}
+
+    monkeypatch.setattr(eqsat_pass, "optimize", wrong)
+    model = onnx_model(tmp_path / "par.onnx")
+    status = main(["optimize", str(model), *QUICK])
+    captured = capsys.readouterr()
+    assert status == 1
+    assert "MISMATCH" in captured.out and "differ" in captured.err
+
+
+def test_optimize_bad_arguments(capsys):
+    assert main(["optimize", "zoo:nonexistent", "--small"]) == 2
+    assert "unknown zoo model" in capsys.readouterr().err
+    assert main(["optimize", "zoo:squeezenet", "--small", "--search", "bogus", "--no-measure"]) == 2
+
+
+def test_tvmc_passthrough(capsys):
+    assert main(["tvmc", "--version"]) == 0
+    assert tvm.__version__ in capsys.readouterr().out

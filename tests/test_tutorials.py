@@ -1,0 +1,62 @@
+"""The tutorials run (their fast ``--small`` mode) and print what they claim.
+
+Each runs as a subprocess, as a user would run it, with a timeout."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tvm")
+pytestmark = pytest.mark.tvm
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_tutorial(name, *args, timeout=240):
+    out = subprocess.run([sys.executable, str(REPO / "tutorials" / name), *args], capture_output=True, text=True,
+                         cwd=REPO, timeout=timeout)
+    assert out.returncode == 0, f"{name} failed:\n{out.stdout}\n{out.stderr[-3000:]}"
+    assert out.stdout.rstrip().endswith("OK"), out.stdout
+    return out.stdout
+
+
+def _float(pattern, text):
+    m = re.search(pattern, text)
+    assert m, f"{pattern!r} not in:\n{text}"
+    return float(m.group(1))
+
+
+def test_01_quickstart():
+    text = run_tutorial("01_quickstart.py", "--small")
+    assert "changed: True" in text
+    assert "node limit 5000 (from the PassContext)" in text
+    assert "report attached to main" in text
+    assert _float(r"max relative output error: (\S+)", text) <= 1e-4
+    assert _float(r"measured runtime: (\S+) ms", text) > 0
+
+
+def test_02_tvmc():
+    text = run_tutorial("02_tvmc.py", "--small")
+    assert "eqsat report: changed=True" in text and "'conv-merge'" in text
+    assert "conv2d ops: 2 -> 1" in text
+    assert _float(r"max relative output error: (\S+)", text) <= 1e-4
+
+
+def test_03_extractors():
+    text = run_tutorial("03_extractors.py", "--small", "--model", "squeezenet", "--time-limit", "10")
+    costs = {m.group(1): float(m.group(2)) for m in re.finditer(r"^(\S+)\s+([\d.]+)\s+(True|False)", text, re.M)}
+    assert set(costs) == {"greedy", "greedy-ocf", "ilp-topo", "ilp-acyc", "maxsat"}, text
+    # the exact extractors are never worse than the greedy ones on the same problem
+    assert costs["ilp-acyc"] <= costs["greedy-ocf"] + 1e-9 and costs["ilp-topo"] <= costs["greedy"] + 1e-9
+    assert re.search(r"^ilp-acyc\s+\S+\s+True", text, re.M), "ilp-acyc proves optimality on a small model"
+
+
+def test_04_measure_costs():
+    text = run_tutorial("04_measure_costs.py", "--small")
+    assert _float(r"measured (\d+)/4", text) >= 3
+    assert "learned model (trained on these samples):" in text
+    assert _float(r"graph cost under 'auto' with this cache: (\S+) ms", text) > 0
