@@ -144,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         model.meta["fusion"] = {k: getattr(fit.rule, k) for k in fit.rule.TERMS}
         model.meta["fusion_fit"] = str(fit)
     if args.ship:
+        model.meta["shipped"] = True
         out = default_model_path(measurer.backend)
     elif args.model_out:
         out = Path(args.model_out)
