@@ -13,6 +13,10 @@ seeded random input:
   (c) tensat   EqSatPass(search="tensat") then opt_level 3
   (d) mcts     EqSatPass(search="mcts") then opt_level 3
 
+(c) and (d) run the pass with check_runtime=True unless --no-check-runtime:
+the pass builds its result and the input, times both, and keeps its result
+only if measured at least 1% faster (its optimization time includes that).
+
 The four are timed in interleaved rounds (--rounds; --repeat timings in all,
 each at least --min-repeat-ms long; median reported), so drift of the
 machine's speed affects them alike. Reported per model: runtime and speedup
@@ -29,9 +33,11 @@ faster than TVM's CombineParallel* on every model where those build.
 
     python bench/end_to_end.py [--models all] [--small] [--repeat 20] [--rounds 5] [--budget N]
                                [--tensat-node-limit N] [--mcts-node-limit N] [--time-limit S] [--cost auto]
+                               [--no-check-runtime]
 """
 from __future__ import annotations
 
+import argparse
 import warnings
 from pathlib import Path
 
@@ -56,7 +62,7 @@ def error_line(e: Exception) -> str:
 
 def pass_options(args, search: str) -> dict:
     """EqSatPass options for ``search``: only what the command line set (else the pass's defaults)."""
-    opts = {"search": search, "cost": args.cost, "seed": args.seed}
+    opts = {"search": search, "cost": args.cost, "seed": args.seed, "check_runtime": args.check_runtime}
     limit = args.tensat_node_limit if search == "tensat" else args.mcts_node_limit
     for key, value in (("node_limit", limit), ("time_limit", args.time_limit),
                        ("extract_time_limit", args.extract_time_limit),
@@ -227,6 +233,8 @@ def main(argv=None):
     ap.add_argument("--extract-time-limit", type=float, default=None, help="default: the pass's")
     ap.add_argument("--cost", default="auto", help="cost model kind")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--check-runtime", action=argparse.BooleanOptionalAction, default=True,
+                    help="the pass's check_runtime (build and time its result, keep it only if measured faster)")
     args = ap.parse_args(argv)
 
     rows = []
@@ -259,6 +267,11 @@ def main(argv=None):
                                              "opt s = optimization seconds, pred x = cost-model speedup)")
     for f in failures:
         print(f)
+    for r in rows:  # what the pass decided where it kept the input
+        for s in ("tensat", "mcts"):
+            rep = r["variants"].get(s, {}).get("report", {})
+            if rep and not rep.get("changed"):
+                print(f"{r['model']} {s}: input kept: {rep.get('reason')}")
     for s in ("tensat", "mcts"):
         gm = common.geomean(r["variants"][s]["speedup"] for r in rows if "speedup" in r["variants"].get(s, {}))
         print(f"geometric-mean speedup over opt_level 3, {s}: {common.fmt(gm)}x")

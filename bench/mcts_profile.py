@@ -1,7 +1,7 @@
 """Time (and optionally profile) MCTS on zoo models at the issue-6 settings.
 
 For each model: node limit 2,000, budget 128, at most 10 simulation steps,
-OCF greedy rewards, ILP-ACyc final extraction, analytic cost. Prints the
+OCF greedy rewards, ILP-ACyc final extraction, analytic cost (--cost). Prints the
 optimizer's summary, the search/extract times and the MCTS counters; with
 ``--profile`` also the top functions of a cProfile run (cumulative and own
 time).
@@ -30,7 +30,7 @@ def run_model(name: str, args) -> dict:
     t_load = time.perf_counter() - t0
     opts = {"search": "mcts", "node_limit": args.node_limit, "budget": args.budget,
             "max_sim_steps": args.max_sim_steps, "final_extractor": args.final_extractor,
-            "cost": "analytic", "time_limit": args.time_limit, "seed": args.seed}
+            "cost": args.cost, "time_limit": args.time_limit, "seed": args.seed}
     prof = cProfile.Profile() if args.profile else None
     t0 = time.perf_counter()
     if prof is not None:
@@ -69,6 +69,7 @@ def main() -> None:
     ap.add_argument("--final-extractor", default="ilp-acyc")
     ap.add_argument("--time-limit", type=float, default=600.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cost", default="analytic", help="cost model kind (the pass uses auto)")
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--top", type=int, default=35)

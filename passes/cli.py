@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from typing import Any
 
 # optimize's options that map 1:1 onto EqSatPass options: (flag, option, type, help)
@@ -58,6 +56,9 @@ def add_optimize_command(subparsers) -> None:
                    help="TVM target for building, measuring and the costs (default: the host CPU)")
     for flag, dest, typ, text in _PASS_FLAGS:
         p.add_argument(flag, dest=dest, type=typ, default=None, help=f"{text} (default: EqSatPass's)")
+    p.add_argument("--check-runtime", dest="check_runtime", action="store_true", default=None,
+                   help="let the pass build and time both programs and keep its result only if measured "
+                        "faster (EqSatPass check_runtime)")
     p.add_argument("--repeat", type=int, default=7,
                    help="timings per program, alternating between the two (median reported)")
     p.add_argument("--number", type=int, default=5, help="runs averaged per timing")
@@ -109,58 +110,6 @@ def load_model(spec: str, small: bool = False, batch: int = 1, input_shapes: str
 def _input_types(mod) -> dict[str, tuple[list[int], str]]:
     return {v.name_hint: ([int(d) for d in v.checked_type.shape], str(v.checked_type.dtype))
             for v in mod["main"].params}
-
-
-def compare_outputs(ref, got) -> float:
-    """Largest ``max|a-b| / max(1, max|a|)`` over the outputs; inf on a shape/dtype/count mismatch."""
-    import numpy as np
-
-    if len(ref) != len(got):
-        return float("inf")
-    worst = 0.0
-    for r, g in zip(ref, got):
-        if r.shape != g.shape or r.dtype != g.dtype:
-            return float("inf")
-        if r.size == 0:
-            continue
-        r64, g64 = r.astype(np.float64), g.astype(np.float64)
-        err = float(np.abs(r64 - g64).max()) / max(1.0, float(np.abs(r64).max()))
-        worst = max(worst, err if np.isfinite(err) else float("inf"))
-    return worst
-
-
-def build_and_run(mod, inputs, target: str):
-    """Build ``mod`` at opt_level 3 for ``target`` and run it once; returns
-    (graph executor module, outputs, build seconds)."""
-    import tvm
-    from tvm.contrib import graph_executor
-
-    from .target import build
-
-    t0 = time.perf_counter()
-    lib = build(mod, target=target, opt_level=3)
-    build_seconds = time.perf_counter() - t0
-    m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
-    for name, value in inputs.items():
-        m.set_input(name, value)
-    m.run()
-    return m, [m.get_output(i).numpy() for i in range(m.get_num_outputs())], build_seconds
-
-
-def time_interleaved(modules, number: int, repeat: int) -> list[float]:
-    """Median seconds per run of each graph executor module; the timings
-    alternate between the modules (``repeat`` rounds of ``number`` runs each),
-    so load from other processes affects all of them alike."""
-    import tvm
-
-    timers = [m.module.time_evaluator("run", tvm.cpu(0), number=number, repeat=1) for m in modules]
-    for t in timers:  # warm up
-        t()
-    samples = [[] for _ in modules]
-    for _ in range(repeat):
-        for k, t in enumerate(timers):
-            samples[k].append(t().results[0])
-    return [float(statistics.median(s)) for s in samples]
 
 
 def _fmt_ms(seconds: float | None) -> str:
@@ -271,7 +220,7 @@ def run_optimize(args) -> int:
     from tvm import relay
 
     from .eqsat_pass import EqSatPass, bind_params
-    from .target import host_target, random_inputs
+    from .target import build_and_run, host_target, output_error, random_inputs, time_interleaved
 
     if args.verbose:
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
@@ -283,7 +232,8 @@ def run_optimize(args) -> int:
         return 2
     mod = relay.transform.InferType()(mod)
     original = bind_params(mod, params) if params else mod
-    options = {dest: getattr(args, dest) for _, dest, _, _ in _PASS_FLAGS if getattr(args, dest) is not None}
+    options = {dest: getattr(args, dest) for dest in [d for _, d, _, _ in _PASS_FLAGS] + ["check_runtime"]
+               if getattr(args, dest) is not None}
     options["target"] = target
     try:
         eqsat = EqSatPass(**options)
@@ -314,7 +264,7 @@ def run_optimize(args) -> int:
         else:
             m_opt, got, b_opt = build_and_run(optimized, inputs, target)
             t_orig, t_opt = time_interleaved([m_orig, m_opt], args.number, args.repeat)
-        err = compare_outputs(ref, got)
+        err = output_error(ref, got)[0]
         scale = max([1.0] + [float(np.abs(r).max()) for r in ref if r.size])
         result["measured"] = {"original": t_orig, "optimized": t_opt, "speedup": t_orig / t_opt,
                               "build_original": b_orig, "build_optimized": b_opt, "max_error": err,

@@ -33,7 +33,7 @@ from relay_eqsat.graph import TensorGraph, TensorType
 from relay_eqsat.optimize import OptimizeOptions, optimize_graph
 
 from .relay import UnsupportedProgram, from_relay, main_function, to_relay
-from .target import host_target
+from .target import build_and_run, host_target, output_error, random_inputs, time_interleaved
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +43,21 @@ CONFIG_PREFIX = "relay.eqsat."
 DEFAULT_OPTIONS: dict[str, Any] = {
     **{f.name: f.default for f in dataclasses.fields(OptimizeOptions)},
     "verify": False,             # compare TVM outputs before/after on random inputs
+    "check_runtime": False,      # build and time both; keep the result only if measured faster
 }
+
+#: with ``check_runtime``, the optimized program is kept only if this much faster
+RUNTIME_MARGIN = 0.01
+#: interleaved timing rounds of the runtime check, each at least RUNTIME_MIN_REPEAT_MS long
+RUNTIME_REPEAT = 7
+RUNTIME_MIN_REPEAT_MS = 50
 
 #: option -> type its values are coerced to; ``object``: a name (str) or, from
 #: Python, an instance (a CostModel, a list of rules...).
 _OPTION_TYPES = {"search": str, "extractor": str, "final_extractor": str, "cost": object,
                  "target": str, "node_limit": int, "iter_limit": int, "budget": int, "max_sim_steps": int,
                  "k_multi": int, "seed": int, "time_limit": float, "extract_time_limit": float,
-                 "verify": bool, "rules": object, "cycle_filter": str}
+                 "verify": bool, "check_runtime": bool, "rules": object, "cycle_filter": str}
 
 
 #: function attribute of an optimized ``main`` holding the report's summary (JSON)
@@ -58,7 +65,8 @@ REPORT_ATTR = "relay_eqsat.report"
 
 _SUMMARY_KEYS = ("search", "stop_reason", "iterations", "rules_fired", "egraph_nodes", "cost_before",
                  "cost_after", "predicted_speedup", "extractor", "extract_status", "optimal",
-                 "search_time", "extract_time", "total_time")
+                 "search_time", "extract_time", "total_time", "runtime_before", "runtime_after",
+                 "measured_speedup")
 
 
 def _report_summary(report: Mapping[str, Any]) -> dict:
@@ -188,7 +196,7 @@ def resolve_options(explicit: Mapping[str, Any], ctx=None) -> dict[str, Any]:
 def optimize(graph: TensorGraph, options: Mapping[str, Any]) -> tuple[TensorGraph, dict]:
     """The optimizer between frontend and backend: TensorGraph -> cheaper
     equivalent TensorGraph (or the input itself), plus the report as a dict."""
-    opts = {k: v for k, v in options.items() if k != "verify"}
+    opts = {k: v for k, v in options.items() if k not in ("verify", "check_runtime")}
     if opts.get("target") is None:
         opts["target"] = host_target()
     new_graph, report = optimize_graph(graph, opts)
@@ -203,42 +211,93 @@ def _signature(graph: TensorGraph) -> list[tuple[str, TensorType]]:
     return [(graph[i].attrs["name"], graph[i].type) for i in graph.inputs]
 
 
-def verify_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0,
-                   rtol: float = 1e-4, target: str | None = None) -> float:
-    """Build both modules, run them on the same random inputs and raise
-    :class:`EqSatVerificationError` if an output differs by more than
-    ``rtol * max(1, max|output|)``. Returns the largest relative error."""
-    from .target import build, random_inputs, run
-
-    _, func = main_function(before)
+def _check_inputs(mod: tvm.IRModule, seed: int) -> dict[str, np.ndarray]:
+    _, func = main_function(mod)
     types = {v.name_hint: ([int(d) for d in v.checked_type.shape], str(v.checked_type.dtype))
              for v in func.params}
-    inputs = random_inputs(types, seed)
-    ref = run(build(before, target=target), inputs)
-    got = run(build(after, target=target), inputs)
-    if len(ref) != len(got):
-        raise EqSatVerificationError(f"{len(ref)} outputs before, {len(got)} after")
-    worst = 0.0
-    for k, (r, g) in enumerate(zip(ref, got)):
-        if r.shape != g.shape or r.dtype != g.dtype:
-            raise EqSatVerificationError(f"output {k}: {r.dtype}{list(r.shape)} before, "
-                                         f"{g.dtype}{list(g.shape)} after")
-        if r.size == 0:
-            continue
-        rf, gf = r.astype(np.float64), g.astype(np.float64)
-        finite = np.isfinite(rf) & np.isfinite(gf)
-        same = (rf == gf) | (np.isnan(rf) & np.isnan(gf))
-        if not np.all(same | finite):  # inf/nan in one and not the other
-            err = float("inf")
-        elif finite.any():
-            scale = max(1.0, float(np.abs(rf[finite]).max()))
-            err = float(np.abs(rf - gf)[finite].max()) / scale
-        else:
-            err = 0.0
-        worst = max(worst, err)
-        if not err <= rtol:
-            raise EqSatVerificationError(f"output {k}: max error {err:.3g} (relative) > {rtol:g}")
-    return worst
+    return random_inputs(types, seed)
+
+
+def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rtol: float = 1e-4,
+                    target: str | None = None, time_repeat: int = 0) -> dict[str, float]:
+    """Build both modules for ``target`` (default: the host), run them on the
+    same random inputs and raise :class:`EqSatVerificationError` if an output
+    differs by more than ``rtol * max(1, max|output|)``. With ``time_repeat``,
+    also time both (interleaved rounds, medians). Returns ``max_error`` and,
+    when timed, ``runtime_before`` and ``runtime_after`` in seconds."""
+    inputs = _check_inputs(before, seed)
+    m_before, ref, _ = build_and_run(before, inputs, target)
+    m_after, got, _ = build_and_run(after, inputs, target)
+    err, why = output_error(ref, got)
+    if why is not None:
+        raise EqSatVerificationError(why)
+    if not err <= rtol:
+        raise EqSatVerificationError(f"max error {err:.3g} (relative) > {rtol:g}")
+    out = {"max_error": err}
+    if time_repeat > 0:
+        out["runtime_before"], out["runtime_after"] = time_interleaved(
+            [m_before, m_after], repeat=time_repeat, min_repeat_ms=RUNTIME_MIN_REPEAT_MS)
+    return out
+
+
+def verify_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0,
+                   rtol: float = 1e-4, target: str | None = None) -> float:
+    """:func:`compare_modules` without timing; returns the largest relative error."""
+    return compare_modules(before, after, seed, rtol, target)["max_error"]
+
+
+def _is_cpu_target(target: str | None) -> bool:
+    """Whether programs for ``target`` run here (None: the host; else an LLVM target)."""
+    if target is None:
+        return True
+    try:
+        return tvm.target.Target(target).kind.name == "llvm"
+    except Exception:  # noqa: BLE001 - a bad target string: not runnable
+        return False
+
+
+def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, Any],
+                  report: dict) -> bool:
+    """``verify`` and ``check_runtime``: whether to keep ``after``; notes what
+    it found in ``report``. A numerical mismatch raises with ``verify``, else
+    (or when ``after`` fails to build) rejects it with a warning; with
+    ``check_runtime``, ``after`` is kept only if measured at least
+    :data:`RUNTIME_MARGIN` faster than ``before``."""
+    timed = bool(opts.get("check_runtime"))
+    target = opts.get("target")
+    if timed and not _is_cpu_target(target):
+        warnings.warn(f"EqSatPass: check_runtime needs a CPU (llvm) target, not {target!r}; "
+                      "runtime not checked", stacklevel=3)
+        timed = False
+    target = target if _is_cpu_target(target) else None  # outputs are compared on the host
+    try:
+        res = compare_modules(before, after, seed=opts["seed"], target=target,
+                              time_repeat=RUNTIME_REPEAT if timed else 0)
+    except EqSatVerificationError as e:
+        if opts.get("verify"):
+            raise
+        warnings.warn(f"EqSatPass: the optimized program computes different outputs ({e}); "
+                      "module left unchanged", stacklevel=3)
+        report.update(changed=False, reason=f"rejected: outputs differ ({e})")
+        return False
+    except Exception as e:  # noqa: BLE001 - TVM failing to build either program
+        if opts.get("verify"):
+            raise
+        warnings.warn(f"EqSatPass: building for the runtime check failed ({type(e).__name__}: "
+                      f"{str(e).strip().splitlines()[-1] if str(e).strip() else ''}); module left unchanged",
+                      stacklevel=3)
+        report.update(changed=False, reason=f"rejected: build failed ({type(e).__name__})")
+        return False
+    report["verify_error"] = res["max_error"]
+    if not timed:
+        return True
+    before_s, after_s = res["runtime_before"], res["runtime_after"]
+    report.update(runtime_before=before_s, runtime_after=after_s, measured_speedup=before_s / after_s)
+    if after_s < before_s * (1 - RUNTIME_MARGIN):
+        return True
+    report.update(changed=False, reason=(f"measured no faster ({before_s * 1e3:.3f} ms -> "
+                                         f"{after_s * 1e3:.3f} ms); input kept"))
+    return False
 
 
 def bind_params(mod: tvm.IRModule, params: Mapping[str, Any]) -> tvm.IRModule:
@@ -265,7 +324,9 @@ def format_summary(report: Mapping[str, Any]) -> str:
             f"search {report.get('search', '?')} stopped: {report.get('stop_reason', '?')}, "
             f"e-graph {report.get('egraph_nodes', 0)} nodes; predicted cost {before * 1e3:.4f} ms -> "
             f"{after * 1e3:.4f} ms ({before / after if after > 0 else 1.0:.3f}x); "
-            f"{report.get('seconds', report.get('total_time', 0.0)):.2f} s; "
+            + (f"measured {report['runtime_before'] * 1e3:.3f} ms -> {report['runtime_after'] * 1e3:.3f} ms; "
+               if "runtime_after" in report else "")
+            + f"{report.get('seconds', report.get('total_time', 0.0)):.2f} s; "
             f"{sum(fired.values())} rule applications [{rules}]")
 
 
@@ -288,7 +349,12 @@ class EqSatPass:
     A program the frontend cannot take (dynamic shapes, control flow...) or
     any internal failure gives a warning and the module back unchanged;
     ``verify=True`` raises :class:`EqSatVerificationError` on a numerical
-    mismatch. After a run, ``last_options`` and ``last_report`` hold the
+    mismatch. ``check_runtime=True`` builds the input and the result for the
+    target (a CPU target; the host's by default), checks their outputs agree
+    and times both, and keeps the result only if it is measured at least
+    :data:`RUNTIME_MARGIN` faster (the cost model's "never worse" made
+    "never slower"; a mismatch or a failed build also keeps the input, with a
+    warning). After a run, ``last_options`` and ``last_report`` hold the
     options used and the optimizer's report (``None`` if skipped).
     """
 
@@ -341,9 +407,11 @@ class EqSatPass:
             warnings.warn(f"EqSatPass: failed ({type(e).__name__}: {e}); module left unchanged",
                           stacklevel=2)
             return mod
-        report = dict(report, seconds=time.perf_counter() - t0)
-        if opts["verify"]:
-            report["verify_error"] = verify_modules(typed, new_mod, seed=opts["seed"])
+        report = dict(report)
+        keep = True
+        if opts["verify"] or opts["check_runtime"]:
+            keep = runtime_check(typed, new_mod, opts, report)
+        report["seconds"] = time.perf_counter() - t0
         self.last_report = report
         log.info("EqSatPass: %s", format_summary(report))
-        return new_mod
+        return new_mod if keep else mod

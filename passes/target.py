@@ -10,6 +10,7 @@ import functools
 import logging
 import platform
 import statistics
+import time
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -127,3 +128,56 @@ def random_inputs(types: Mapping[str, tuple[Sequence[int], str]], seed: int = 0)
         else:
             out[name] = rng.standard_normal(tuple(shape)).astype(dtype)
     return out
+
+
+# -- comparing two programs ---------------------------------------------------------
+
+def build_and_run(mod, inputs: Mapping[str, np.ndarray], target: str | None = None):
+    """Build ``mod`` at opt_level 3 for ``target`` (default: the host) and run
+    it once on ``inputs``; returns (GraphModule, outputs, build seconds)."""
+    t0 = time.perf_counter()
+    lib = build(mod, target=target, opt_level=3)
+    build_seconds = time.perf_counter() - t0
+    m = _executor(lib)
+    return m, run(m, inputs), build_seconds
+
+
+def time_interleaved(modules: Sequence[graph_executor.GraphModule], number: int = 0, repeat: int = 10,
+                     min_repeat_ms: int = 0) -> list[float]:
+    """Median seconds per run of each graph executor module. The timings
+    alternate between the modules (``repeat`` rounds; each timing averages
+    ``number`` runs, or as many as fill ``min_repeat_ms``), so load from other
+    processes affects all of them alike."""
+    timers = [m.module.time_evaluator("run", tvm.cpu(0), number=max(1, number), repeat=1,
+                                      min_repeat_ms=min_repeat_ms) for m in modules]
+    for t in timers:  # warm up
+        t()
+    samples: list[list[float]] = [[] for _ in modules]
+    for _ in range(repeat):
+        for k, t in enumerate(timers):
+            samples[k].append(t().results[0])
+    return [float(statistics.median(s)) for s in samples]
+
+
+def output_error(ref: Sequence[np.ndarray], got: Sequence[np.ndarray]) -> tuple[float, str | None]:
+    """(largest ``max|a-b| / max(1, max|a|)`` over the outputs, why it is
+    infinite or None): inf when the outputs differ in count, shape or dtype,
+    or one has inf/nan where the other has not."""
+    if len(ref) != len(got):
+        return float("inf"), f"{len(ref)} outputs before, {len(got)} after"
+    worst = 0.0
+    for k, (r, g) in enumerate(zip(ref, got)):
+        if r.shape != g.shape or r.dtype != g.dtype:
+            return float("inf"), (f"output {k}: {r.dtype}{list(r.shape)} before, "
+                                  f"{g.dtype}{list(g.shape)} after")
+        if r.size == 0:
+            continue
+        rf, gf = r.astype(np.float64), g.astype(np.float64)
+        finite = np.isfinite(rf) & np.isfinite(gf)
+        same = (rf == gf) | (np.isnan(rf) & np.isnan(gf))
+        if not np.all(same | finite):
+            return float("inf"), f"output {k}: inf/nan in one program and not the other"
+        if finite.any():
+            scale = max(1.0, float(np.abs(rf[finite]).max()))
+            worst = max(worst, float(np.abs(rf - gf)[finite].max()) / scale)
+    return worst, None

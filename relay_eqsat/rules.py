@@ -1166,12 +1166,18 @@ def apply_matches(egraph, rule: Rule, envs: list[dict], cycle_check=None, node_l
 PLACEHOLDER = 1 << 30  # = relay_eqsat.egraph.core.PLACEHOLDER: class references in plan templates
 
 
-def _flat_join(rule: Rule, matches: Sequence[list[tuple]]) -> list[tuple]:
-    """`Rule.join` as flat tuples ``(root_0, ..., root_{k-1}, *values of rule._flat_names)``, same order."""
+def _flat_join(rule: Rule, matches: Sequence[list[tuple]], limit: int | None = None) -> list[tuple]:
+    """`Rule.join` as flat tuples ``(root_0, ..., root_{k-1}, *values of rule._flat_names)``, same order.
+
+    ``limit``: at most this many results (the first ones, in the same order;
+    every stage of the join stops there), so a multi-pattern rule whose
+    sources share a class with many matching nodes (e.g. dozens of ``dense``
+    over one input after merges of merges) costs bounded time and memory."""
     k = len(rule.lhs)
     slots = rule._flat[2]
     if k == 1:
-        return matches[0]  # a search tuple is already flat: (root, *vars in canonical order)
+        m0 = matches[0]  # a search tuple is already flat: (root, *vars in canonical order)
+        return m0 if limit is None or len(m0) <= limit else m0[:limit]
     width = k + len(rule._flat_names)
     partial = []
     for m in matches[0]:
@@ -1189,6 +1195,7 @@ def _flat_join(rule: Rule, matches: Sequence[list[tuple]]) -> list[tuple]:
             index.setdefault(tuple([m[1 + j] for j, _ in shared]), []).append(m)
         shared_slots = [sl for _, sl in shared]
         nxt = []
+        cap = limit if limit is not None else -1
         for vals in partial:
             for m in index.get(tuple([vals[sl] for sl in shared_slots]), ()):
                 root = m[0]
@@ -1199,6 +1206,10 @@ def _flat_join(rule: Rule, matches: Sequence[list[tuple]]) -> list[tuple]:
                 for j, sl in enumerate(si):
                     v2[sl] = m[1 + j]
                 nxt.append(v2)
+                if len(nxt) == cap:
+                    break
+            if len(nxt) == cap:
+                break
         partial = nxt
         if not partial:
             return []

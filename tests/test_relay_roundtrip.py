@@ -490,23 +490,77 @@ def test_bad_options():
     assert out.same_as(mod)
 
 
-def test_verify_catches_a_wrong_optimizer(monkeypatch):
-    def wrong(graph, options):
-        g = TensorGraph()
-        remap = {}
-        for i in graph.reachable():
-            n = graph[i]
-            op = "sigmoid" if n.op == "nn.relu" else n.op
-            if n.op == "var":
-                remap[i] = g.var(n.attrs["name"], n.type.shape, n.type.dtype)
-            else:
-                remap[i] = g.add(op, [remap[j] for j in n.inputs], n.attrs)
-        g.set_output(remap[graph.output])
-        return g, {}
+def _sigmoid_for_relu(graph, options):
+    """A wrong 'optimizer': relu becomes sigmoid."""
+    g = TensorGraph()
+    remap = {}
+    for i in graph.reachable():
+        n = graph[i]
+        op = "sigmoid" if n.op == "nn.relu" else n.op
+        if n.op == "var":
+            remap[i] = g.var(n.attrs["name"], n.type.shape, n.type.dtype)
+        else:
+            remap[i] = g.add(op, [remap[j] for j in n.inputs], n.attrs)
+    g.set_output(remap[graph.output])
+    return g, {}
 
-    monkeypatch.setattr(eqsat_pass, "optimize", wrong)
+
+def test_verify_catches_a_wrong_optimizer(monkeypatch):
+    monkeypatch.setattr(eqsat_pass, "optimize", _sigmoid_for_relu)
     with pytest.raises(EqSatVerificationError):
         EqSatPass(verify=True)(small_net())
+
+
+def _copy_optimizer(graph, options):
+    """An 'optimizer' that returns an equivalent copy and claims a change."""
+    return graph.compact(), {"changed": True, "reason": "test"}
+
+
+@pytest.mark.parametrize("times,kept", [((2e-3, 1e-3), True), ((1e-3, 2e-3), False), ((1e-3, 0.995e-3), False)])
+def test_check_runtime_keeps_only_measured_faster(monkeypatch, times, kept):
+    """check_runtime builds and times both programs; the decision follows the
+    measured medians (the timer is replaced: no timing assertions), with a 1% margin."""
+    monkeypatch.setattr(eqsat_pass, "optimize", _copy_optimizer)
+    monkeypatch.setattr(eqsat_pass, "time_interleaved", lambda modules, **kw: list(times))
+    mod = relay.transform.InferType()(small_net())
+    p = EqSatPass(check_runtime=True)
+    out = p(mod)
+    assert out.same_as(mod) is not kept
+    rep = p.last_report
+    assert (rep["runtime_before"], rep["runtime_after"]) == times
+    assert rep["verify_error"] <= 1e-6 and rep["changed"] is kept
+    if not kept:
+        assert "measured no faster" in rep["reason"]
+
+
+def test_check_runtime_rejects_wrong_or_unbuildable_results(monkeypatch):
+    """Without verify=True, a result that computes other numbers (or that TVM
+    cannot build) is rejected with a warning, and the input goes on."""
+    mod = relay.transform.InferType()(small_net())
+
+    monkeypatch.setattr(eqsat_pass, "optimize", _sigmoid_for_relu)
+    with pytest.warns(UserWarning, match="different outputs"):
+        out = EqSatPass(check_runtime=True)(mod)
+    assert out.same_as(mod)
+
+    def failing_build(*a, **k):
+        raise tvm.TVMError("no kernel for you")
+
+    monkeypatch.setattr(eqsat_pass, "optimize", _copy_optimizer)
+    monkeypatch.setattr(eqsat_pass, "build_and_run", failing_build)
+    p = EqSatPass(check_runtime=True)
+    with pytest.warns(UserWarning, match="build failed|building for the runtime check failed"):
+        out = p(mod)
+    assert out.same_as(mod) and "build failed" in p.last_report["reason"]
+
+
+def test_check_runtime_needs_a_cpu_target(monkeypatch):
+    monkeypatch.setattr(eqsat_pass, "optimize", _copy_optimizer)
+    mod = relay.transform.InferType()(small_net())
+    p = EqSatPass(check_runtime=True, target="cuda")
+    with pytest.warns(UserWarning, match="check_runtime needs a CPU"):
+        out = p(mod)
+    assert not out.same_as(mod) and "runtime_after" not in p.last_report
 
 
 def test_broken_optimizer_leaves_module_unchanged(monkeypatch):

@@ -166,3 +166,26 @@ def test_planned_application_matches_the_general_path():
             a.rebuild()
             b.rebuild()
             assert a.fingerprint() == b.fingerprint(), r.name
+
+
+def test_match_limit_bounds_multi_pattern_joins():
+    """A multi-source rule over one input with many dense ops joins to the
+    product of its matches; match_limit keeps the first ones (same order), and
+    a search under it still finds merges."""
+    from relay_eqsat.rules import Matcher, _flat_join
+
+    g = mlp_graph(layers=1, width=8)
+    (rule,) = rules_named("dense-merge")
+    eg = EGraph()
+    eg.add_graph(g)
+    matcher = Matcher([rule])
+    keys = matcher.rule_keys[rule.name]
+    found = [eg.search(matcher.programs[k]) for k in keys]
+    full = _flat_join(rule, found)
+    assert len(full) > 20
+    assert _flat_join(rule, found, limit=20) == full[:20]
+    assert _flat_join(rule, found, limit=len(full) + 5) == full
+    rep = TensatScheduler().run(eg, [rule], Limits(node_limit=5000, iter_limit=2, k_multi=2, match_limit=10))
+    assert rep.fired[rule.name] > 0
+    with pytest.raises(ValueError, match="match_limit"):
+        Limits(match_limit=0)

@@ -23,6 +23,12 @@ class Limits:
                  post-processing DFS), "vanilla" (a reachability check per
                  match, plus the DFS) or "none" (the e-graph may keep cycles;
                  only an acyclicity-aware extractor can handle it)
+    match_limit  at most this many matches of one rule per step (the first
+                 ones, in match order; None: all). A multi-pattern rule's join
+                 grows with the product of its sources' matches (three dense
+                 over one input that already has dozens after merges of
+                 merges: millions of combinations), so an unbounded join can
+                 take seconds per step for nothing the node limit would admit.
     """
 
     node_limit: int = 50_000
@@ -30,10 +36,13 @@ class Limits:
     time_limit: float = 60.0
     k_multi: int = 1
     cycle_filter: str = "efficient"
+    match_limit: int | None = 20_000
 
     def __post_init__(self) -> None:
         if self.cycle_filter not in ("efficient", "vanilla", "none"):
             raise ValueError(f"cycle_filter must be efficient, vanilla or none, not {self.cycle_filter!r}")
+        if self.match_limit is not None and self.match_limit <= 0:
+            raise ValueError("match_limit must be positive (or None)")
         if self.node_limit <= 0 or self.iter_limit < 0 or self.time_limit <= 0 or self.k_multi < 0:
             raise ValueError("limits must be positive (k_multi and iter_limit may be 0)")
 

@@ -110,6 +110,7 @@ class MCTS:
         self.opt = options or MCTSOptions()
         self.rng = random.Random(self.opt.seed)
         self.iterations = 0
+        self._deadline = math.inf  # run() sets it
 
     # -- tree search ------------------------------------------------------
     def _node(self, state, parent, action) -> TreeNode:
@@ -186,7 +187,7 @@ class MCTS:
         banned = set(node.blacklist)
         steps = 0
         discount = self.opt.gamma
-        while steps < self.opt.max_sim_steps:
+        while steps < self.opt.max_sim_steps and time.perf_counter() <= self._deadline:
             choices = [a for a in range(len(self.env.actions)) if a not in banned]
             if not choices:
                 break  # saturated
@@ -241,6 +242,9 @@ class MCTS:
         """Algorithm 1: grow ``state`` in place, one MCTS-chosen action at a time."""
         t0 = time.perf_counter()
         deadline = t0 + self.opt.time_limit
+        self._deadline = deadline
+        if hasattr(self.env, "deadline"):
+            self.env.deadline = deadline  # a rewrite step stops applying matches past it
         root = self._node(self.env.clone(state), None, None)
         initial_cost = root.cost
         applied: list[int] = []
@@ -307,6 +311,7 @@ class EGraphEnvironment:
         self.extractor = extractor or get_extractor("greedy-ocf")
         self.matcher = Matcher(self.actions)
         self.scratch = SearchReport()  # statistics of every step, simulations included
+        self.deadline = math.inf  # set by MCTS.run: steps stop applying matches past it
         self._costs: dict = {}
         self._node_costs: dict = {}  # (op, attrs, child types, const) -> cost, for ocf_cost
         self._fast_ocf = self.extractor.name == "greedy-ocf" and not getattr(self.extractor, "options", None)
@@ -321,7 +326,7 @@ class EGraphEnvironment:
 
         g.iteration += 1
         rule = self.actions[action]
-        return rewrite_step(g, self.matcher, [rule], self.limits, math.inf, self.scratch).changed
+        return rewrite_step(g, self.matcher, [rule], self.limits, self.deadline, self.scratch).changed
 
     def applicable(self, g, action: int) -> bool:
         m = self.matcher

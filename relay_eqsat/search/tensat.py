@@ -70,7 +70,12 @@ def rewrite_step(egraph, matcher: Matcher, active: Sequence[Rule], limits: Limit
         if not all(found[k] for k in keys):
             continue  # a source pattern without matches: the join is empty
         flat = r._flat is not None
-        envs = _flat_join(r, [found[k] for k in keys]) if flat else matcher.matches(r, found)
+        if flat:
+            envs = _flat_join(r, [found[k] for k in keys], limits.match_limit)
+        else:
+            envs = matcher.matches(r, found)
+            if limits.match_limit is not None:
+                envs = envs[:limits.match_limit]
         if not envs:
             continue
         if limits.cycle_filter == "efficient" and dmap is None:
