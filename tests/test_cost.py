@@ -269,6 +269,20 @@ def test_tiny_training_run(tmp_path):
     assert rep.n_test == 0 and rep.median_ape is None
 
 
+def test_training_next_to_tvm_runs_in_a_child(monkeypatch):
+    """With TVM loaded (faked here), training runs in a fresh interpreter and
+    gives the same model as in-process training."""
+    import sys
+
+    samples = _synthetic_samples()[:40]
+    here, rep_here = LearnedCostModel.train(samples, TARGET, "tvm-llvm", rounds=20)
+    monkeypatch.setitem(sys.modules, "tvm", sys.modules.get("tvm") or object())
+    child, rep_child = LearnedCostModel.train(samples, TARGET, "tvm-llvm", rounds=20)
+    assert rep_child == rep_here
+    X = [s[0] for s in samples]
+    np.testing.assert_allclose(child.predict(X), here.predict(X), rtol=1e-6)
+
+
 def test_train_from_cache_and_model_lookup(tmp_path):
     from relay_eqsat.cost.learned import load_model, model_dir, model_filename
 

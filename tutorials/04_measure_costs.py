@@ -22,9 +22,8 @@ Steps:
    prediction, else the roofline), ``analytic`` (roofline only), and compare
    their op costs.
 4. Train a ``LearnedCostModel`` on the cache's measurements
-   (``train_from_cache``; here in a child process without TVM, as XGBoost
-   training next to a loaded TVM hangs in this environment), save it, load
-   it and predict the instances (with so few samples this only shows the API;
+   (``train_from_cache``; with TVM loaded, XGBoost's fit runs in a child
+   interpreter by itself), save it, load it and predict the instances (with so few samples this only shows the API;
    train on hundreds of measurements for real use).
 5. Use it: ``EqSatPass(cost=make_cost_model("auto", target=..., db=...))``
    or any CostModel instance.
@@ -32,8 +31,6 @@ Steps:
 Run: ``.venv/bin/python tutorials/04_measure_costs.py [--small] [--ops N]``.
 """
 import argparse
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -43,18 +40,7 @@ from relay_eqsat.cost import (CostCache, LearnedCostModel, MeasureConfig, Measur
                               make_cost_model)
 
 
-def train(db, target, backend, model_path):
-    """Step 4 in its own process without TVM (XGBoost and TVM do not share a
-    process well): fit on the cache's rows, save the model."""
-    cache = CostCache(db)
-    model, report = LearnedCostModel.train_from_cache(cache, target, backend, holdout=0.0, rounds=50)
-    model.save(model_path)
-    cache.close()
-
-
 def main():
-    if len(sys.argv) == 6 and sys.argv[1] == "--train":
-        return train(*sys.argv[2:])
     from relay_eqsat.passes import from_relay, zoo
     from relay_eqsat.passes.eqsat_pass import bind_params
     from relay_eqsat.passes.target import host_target
@@ -108,8 +94,10 @@ def main():
         # 4. a learned model from the cache
         samples = [(r.instance, r.seconds) for r in results if r.ok]
         model_path = Path(tmp) / "learned.json"
-        subprocess.run([sys.executable, __file__, "--train", str(db), measurer.target, measurer.backend,
-                        str(model_path)], check=True, timeout=300)
+        trained, report = LearnedCostModel.train_from_cache(cache, measurer.target, measurer.backend,
+                                                            holdout=0.0, rounds=50)
+        print(report)
+        trained.save(model_path)
         model = LearnedCostModel.load(model_path)
         predicted = model.predict([s[0] for s in samples])
         print("learned model (trained on these samples):",

@@ -82,6 +82,18 @@ class CostRow:
     timestamp: float
 
 
+def _where(target: str | None, backend: str | None) -> tuple[str, tuple]:
+    """An SQL ``WHERE`` clause (or nothing) selecting one target and/or backend, and its parameters."""
+    cond, params = [], []
+    if target is not None:
+        cond.append("target=?")
+        params.append(normalize_target(target))
+    if backend is not None:
+        cond.append("backend=?")
+        params.append(backend)
+    return (" WHERE " + " AND ".join(cond) if cond else ""), tuple(params)
+
+
 class CostCache:
     """An sqlite-backed cost cache (one connection per process, opened lazily)."""
 
@@ -189,17 +201,10 @@ class CostCache:
 
     def rows(self, target: str | None = None, backend: str | None = None) -> Iterator[CostRow]:
         """Every cached measurement, optionally of one target and/or backend."""
-        sql = "SELECT op, attrs, shapes, dtype, out_type, target, backend, seconds, repeats, timestamp FROM costs"
-        cond, params = [], []
-        if target is not None:
-            cond.append("target=?")
-            params.append(normalize_target(target))
-        if backend is not None:
-            cond.append("backend=?")
-            params.append(backend)
-        if cond:
-            sql += " WHERE " + " AND ".join(cond)
-        for op, a, sh, dt, out, t, b, s, r, ts in self._query(sql + " ORDER BY rowid", tuple(params)):
+        where, params = _where(target, backend)
+        sql = ("SELECT op, attrs, shapes, dtype, out_type, target, backend, seconds, repeats, timestamp FROM costs"
+               + where)
+        for op, a, sh, dt, out, t, b, s, r, ts in self._query(sql + " ORDER BY rowid", params):
             yield CostRow(OpInstance.from_key(op, a, sh, dt, out), t, b, s, r, ts)
 
     def lookup_table(self, target: str, backend: str | None = None) -> dict[tuple, float]:
@@ -220,17 +225,8 @@ class CostCache:
         return {"target": normalize_target(target), "backend": backend, "rows": rows}
 
     def count(self, target: str | None = None, backend: str | None = None) -> int:
-        sql, params = "SELECT COUNT(*) FROM costs", []
-        cond = []
-        if target is not None:
-            cond.append("target=?")
-            params.append(normalize_target(target))
-        if backend is not None:
-            cond.append("backend=?")
-            params.append(backend)
-        if cond:
-            sql += " WHERE " + " AND ".join(cond)
-        return self._query(sql, tuple(params))[0][0]
+        where, params = _where(target, backend)
+        return self._query("SELECT COUNT(*) FROM costs" + where, params)[0][0]
 
     # -- failures -------------------------------------------------------------
     def put_failure(self, inst: OpInstance, target: str, backend: str, error: str) -> None:

@@ -273,16 +273,45 @@ def _train_core(X: np.ndarray, y: np.ndarray, holdout: float, seed: int, rounds:
     return fit(X, y), report
 
 
-def _train_isolated(*args) -> tuple[str, dict]:
-    """``_train_core`` here, or in a fresh process when TVM is loaded (see TreeEnsemble)."""
+_TRAIN_CHILD = """
+import json, sys
+import numpy as np
+from relay_eqsat.cost.learned import _train_core
+data = np.load(sys.argv[1])
+args = json.load(open(sys.argv[2]))
+model, report = _train_core(data["X"], data["y"], args["holdout"], args["seed"], args["rounds"], args["params"])
+json.dump({"model": model, "report": report}, open(sys.argv[3], "w"))
+"""
+
+
+def _train_isolated(X: np.ndarray, y: np.ndarray, holdout: float, seed: int, rounds: int,
+                    params: dict) -> tuple[str, dict]:
+    """``_train_core`` here, or in a fresh interpreter when TVM is loaded
+    (XGBoost's native library and TVM's runtime do not share a process here,
+    see TreeEnsemble): the arrays go through a temporary .npz file, the child
+    is ``python -c`` (it imports neither TVM nor the caller's ``__main__``)."""
+    import subprocess
     import sys
+    import tempfile
 
     if "tvm" not in sys.modules:
-        return _train_core(*args)
-    import multiprocessing as mp
-
-    with mp.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_train_core, args)
+        return _train_core(X, y, holdout, seed, rounds, params)
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [package_root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    with tempfile.TemporaryDirectory(prefix="relay-eqsat-train-") as tmp:
+        data, args, out = (os.path.join(tmp, n) for n in ("data.npz", "args.json", "out.json"))
+        np.savez(data, X=X, y=y)
+        with open(args, "w") as f:
+            json.dump({"holdout": holdout, "seed": seed, "rounds": rounds, "params": params}, f)
+        proc = subprocess.run([sys.executable, "-c", _TRAIN_CHILD, data, args, out], env=env,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"training the cost model failed (exit {proc.returncode}): "
+                               f"{proc.stderr.strip()[-2000:]}")
+        with open(out) as f:
+            res = json.load(f)
+    return res["model"], res["report"]
 
 
 class LearnedCostModel:
