@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import functools
 import math
 import multiprocessing as mp
@@ -372,6 +373,24 @@ def test_fusion_discounts():
         cm.kernel_cost(c.op, c.attrs, c.input_types, c.out_type))
 
 
+def test_weight_traffic_term():
+    """Dense and conv layers pay for streaming their weights; merging two
+    layers does not change it, enlarging a 1x1 kernel to 3x3 pays for 9x."""
+    cm = CostModel("analytic", TARGET, fusion=FusionRule(weights=1.0))
+    plain = CostModel("analytic", TARGET)
+    a, m = dense(1, 256, 512), dense(1, 512, 512)
+    extra = cm.op_cost(a.op, a.attrs, a.input_types, a.out_type) - \
+        plain.op_cost(a.op, a.attrs, a.input_types, a.out_type)
+    assert extra == pytest.approx(cm.analytic.bytes_cost(256 * 512 * 4))
+    assert cm._weight_traffic(m.op, m.input_types) == pytest.approx(2 * cm._weight_traffic(a.op, a.input_types))
+    x = TensorType((1, 8, 8, 8))
+    assert cm._weight_traffic("nn.conv2d", [x, TensorType((16, 8, 3, 3))]) == pytest.approx(
+        9 * cm._weight_traffic("nn.conv2d", [x, TensorType((16, 8, 1, 1))]))
+    assert cm._weight_traffic("nn.relu", [x]) == 0.0 and cm._weight_traffic("nn.batch_matmul", [x, x]) == 0.0
+    assert cm.cost_terms(a.op, a.attrs, a.input_types, a.out_type)[FusionRule.TERMS.index("weights")] == \
+        pytest.approx(extra)
+
+
 def test_fit_fusion_recovers_weights():
     cm = CostModel("analytic", TARGET)
     graphs = []
@@ -390,12 +409,12 @@ def test_fit_fusion_recovers_weights():
             y = g.add("transpose", [y], {"axes": (0, 2, 3, 1)})
         g.set_output(y)
         graphs.append(g)
-    truth = FusionRule(anchor=1.3, fused=0.05, fused_read=0.6, injective=0.9)
+    truth = FusionRule(anchor=1.3, fused=0.05, fused_read=0.6, injective=0.9, weights=0.7)
     true_cm = CostModel("analytic", TARGET, fusion=truth)
     samples = [(g, true_cm.graph_cost(g)) for g in graphs]
     rep = fit_fusion(cm, samples, prior_strength=0.0)
     assert rep.after_mean_ape < 1e-6 < rep.before_mean_ape
-    for k in ("anchor", "fused", "fused_read", "injective"):
+    for k in ("anchor", "fused", "fused_read", "injective", "weights"):
         assert getattr(rep.rule, k) == pytest.approx(getattr(truth, k), rel=1e-4)
     assert "fusion rule fit on 6 graphs" in str(rep)
     # with one graph, the prior keeps the weights near the current ones
@@ -465,3 +484,41 @@ def test_cli_measure_small_model(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "measured now" in text and "saved" in text and out.is_file()
     assert CostCache().count(TARGET, "tvm-llvm") == 2
+
+
+def test_read_whole_times(tmp_path):
+    from relay_eqsat.cost.cli import read_whole_times
+
+    e2e = {"rows": [{"model": "nasrnn", "small": False, "variants": {"opt3": {"median_s": 3.5e-3}}},
+                    {"model": "bert", "small": True, "variants": {"opt3": {"median_s": 1e-3}}}]}
+    acc = {"rows": [{"model": "vgg19", "small": False, "measured": 0.2}]}
+    for name, data in (("e2e", e2e), ("acc", acc), ("plain", {"zoo:x": 1.5})):
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    assert read_whole_times(str(tmp_path / "e2e.json"), small=False) == {"zoo:nasrnn": 3.5e-3}
+    assert read_whole_times(str(tmp_path / "e2e.json"), small=True) == {"zoo:bert": 1e-3}
+    assert read_whole_times(str(tmp_path / "acc.json"), small=False) == {"zoo:vgg19": 0.2}
+    assert read_whole_times(str(tmp_path / "plain.json"), small=False) == {"zoo:x": 1.5}
+
+
+@pytest.mark.tvm
+def test_cli_fit_only_from_bench_times(tmp_path, capsys):
+    """--fit-only refits the existing model's fusion weights to whole-model
+    times from a file: nothing measured, the model saved with the new rule."""
+    pytest.importorskip("tvm")
+    from relay_eqsat.cost import cli
+    from relay_eqsat.cost.learned import load_model
+
+    assert load_model(TARGET, "tvm-llvm") is not None  # the shipped default at least
+    times = tmp_path / "times.json"
+    times.write_text(json.dumps({"zoo:squeezenet": 2e-3, "zoo:nasrnn": 1e-3}))
+    parser = argparse.ArgumentParser(prog="relay-eqsat")
+    cli.register(parser.add_subparsers(dest="command"))
+    out = tmp_path / "model.json"
+    args = parser.parse_args(["measure", "--target", TARGET, "--models", "zoo:squeezenet,zoo:nasrnn", "--small",
+                              "--fit-only", "--whole-times", str(times), "--model-out", str(out)])
+    assert args.func(args) == 0
+    text = capsys.readouterr().out
+    assert "fusion rule fit on 2 graphs" in text and "measured now" not in text
+    fitted = LearnedCostModel.load(out)
+    assert set(fitted.meta["fusion"]) == set(FusionRule.TERMS)
+    assert CostCache().count(TARGET, "tvm-llvm") == 0  # nothing measured

@@ -31,7 +31,14 @@ It then follows what TVM's build does with the node (``FusionRule``):
   comes from operands other than its largest one (a residual add still reads
   its second tensor; a relu or a bias add reads next to nothing new);
 - injective ops (transpose, reshape, concatenate, split, strided_slice, pad)
-  often fuse with their neighbours but not always: ``injective × kernel``.
+  often fuse with their neighbours but not always: ``injective × kernel``;
+- ops with a weight operand (dense and convolutions: operand 1) also pay
+  ``weights × weight bytes / bandwidth``. A kernel timed alone runs with its
+  weights in cache, but a whole model streams every weight from memory once
+  per inference (NasRNN's 80 dense layers at batch 1 read 80 MB: they are
+  memory-bound in the model, not in isolation). Merging layers concatenates
+  their weights, so this term does not reward merges, and enlarging a kernel
+  (1×1 to 3×3) pays for the zeros it reads.
 
 The extractors need a sum of per-node costs, and a node's cost cannot depend
 on which producer the extractor picks, so fusion is an expected discount per
@@ -57,6 +64,9 @@ KINDS = ("auto", "measured", "learned", "analytic")
 
 # Ops whose fusion class differs from their operator-table pattern.
 FUSION_OVERRIDES = {"nn.batch_norm": "fused", "nn.bias_add": "fused"}
+
+#: ops whose operand 1 is a weight tensor read from memory once per inference
+WEIGHT_OPERAND_OPS = frozenset({"nn.dense", "nn.conv2d", "nn.conv2d_transpose", "nn.conv1d", "nn.conv3d"})
 
 
 def fusion_class(op: str) -> str:
@@ -95,10 +105,11 @@ class FusionRule:
     fused_read: float = 1.0
     injective: float = 0.5
     opaque: float = 1.0
+    weights: float = 0.0
 
-    TERMS = ("anchor", "fused", "fused_read", "injective", "opaque")
+    TERMS = ("anchor", "fused", "fused_read", "injective", "opaque", "weights")
 
-    def weights(self) -> np.ndarray:
+    def vector(self) -> np.ndarray:
         return np.array([getattr(self, t) for t in self.TERMS])
 
 
@@ -241,6 +252,7 @@ class CostModel:
             terms[4] = self.analytic.roofline(0, nbytes)
             return terms
         k = self.kernel_cost(op, attrs, input_types, out_type)
+        terms[5] = self._weight_traffic(op, input_types)
         if cls == "anchor":
             terms[0] = k
         elif cls == "fused":
@@ -261,11 +273,18 @@ class CostModel:
             nbytes = sum(type_bytes(t) for t in input_types) + type_bytes(out_type)
             return f.opaque * self.analytic.roofline(0, nbytes)
         k = self.kernel_cost(op, attrs, input_types, out_type)
+        w = f.weights * self._weight_traffic(op, input_types) if f.weights else 0.0
         if cls == "anchor":
-            return f.anchor * k
+            return f.anchor * k + w
         if cls == "fused":
-            return k * (f.fused + f.fused_read * extra_read_share(input_types, out_type))
-        return f.injective * k
+            return k * (f.fused + f.fused_read * extra_read_share(input_types, out_type)) + w
+        return f.injective * k + w
+
+    def _weight_traffic(self, op: str, input_types: Sequence[Type]) -> float:
+        """Seconds to stream the op's weight operand from memory (0 for ops without one)."""
+        if op not in WEIGHT_OPERAND_OPS or len(input_types) < 2 or not isinstance(input_types[1], TensorType):
+            return 0.0
+        return self.analytic.bytes_cost(type_bytes(input_types[1]))
 
     def node_cost(self, op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type,
                   all_inputs_constant: bool = False) -> float:
@@ -323,14 +342,15 @@ def _nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def fit_fusion(model: CostModel, samples: Sequence[tuple[TensorGraph, float]],
-               fit: Sequence[str] = ("anchor", "fused", "fused_read", "injective"),
+               fit: Sequence[str] = ("anchor", "fused", "fused_read", "injective", "weights"),
                prior_strength: float = 0.01) -> FitReport:
     """Fit the FusionRule weights named in ``fit`` to measured whole-graph seconds.
 
     Minimizes the sum of squared relative errors of ``graph_cost`` over the
     (graph, measured seconds) samples, plus ``prior_strength`` times the squared
-    relative change of each fitted weight from the model's current one (so a
-    few graphs cannot drive a weight to a degenerate value), weights
+    relative change of each fitted weight from the model's current one (1 for
+    a weight that is 0: a term not used yet), so a few graphs cannot drive a
+    weight to a degenerate value; weights
     non-negative; the other weights keep their values. Returns the report; the
     model is not changed (``model.fusion = report.rule`` adopts it).
     """
@@ -342,15 +362,18 @@ def fit_fusion(model: CostModel, samples: Sequence[tuple[TensorGraph, float]],
     y = np.array([s for _, s in samples], dtype=np.float64)
     if not np.all(y > 0):
         raise ValueError("measured seconds must be positive")
-    w0 = model.fusion.weights()
+    w0 = model.fusion.vector()
     before = np.abs(rows @ w0 / y - 1.0)
     fixed = [i for i in range(len(names)) if i not in idx]
     A = rows[:, idx] / y[:, None]
     b = 1.0 - rows[:, fixed] @ w0[fixed] / y
     if prior_strength > 0:
-        scale = np.sqrt(prior_strength) / np.maximum(w0[idx], 1e-3)
+        # the prior is centred on the current weight, or on 1 (the term at face
+        # value) for a term the model does not use yet
+        centre = np.where(w0[idx] > 0, w0[idx], 1.0)
+        scale = np.sqrt(prior_strength) / centre
         A = np.vstack([A, np.diag(scale)])
-        b = np.concatenate([b, scale * w0[idx]])
+        b = np.concatenate([b, scale * centre])
     x = _nnls(A, b)
     w = w0.copy()
     w[idx] = x

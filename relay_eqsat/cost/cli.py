@@ -7,7 +7,11 @@ frontend), measures those the cache lacks (progress bar, each result written
 as it comes), retrains the learned model of (target, backend) on every cached
 row and prints its held-out error. With ``--fit-fusion`` it also times each
 model whole and fits the fusion weights of the node cost to those runtimes
-(stored with the model). ``register(subparsers)`` adds the subcommand to the
+(stored with the model). ``--fit-only`` refits the fusion weights of the
+existing model (the user's, else the shipped one) without measuring or
+training, and ``--whole-times FILE`` takes the whole-model runtimes from a
+benchmark's JSON (``bench/end_to_end.py``: opt_level 3 medians;
+``bench/cost_accuracy.py``: measured) instead of timing the models again. ``register(subparsers)`` adds the subcommand to the
 ``relay-eqsat`` parser; its handler is ``run(args) -> exit status``.
 """
 from __future__ import annotations
@@ -41,6 +45,11 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-train", action="store_true", help="measure only")
     p.add_argument("--fit-fusion", action="store_true",
                    help="time each model whole and fit the fusion weights to those runtimes")
+    p.add_argument("--fit-only", action="store_true",
+                   help="only refit the fusion weights of the existing model (implies --fit-fusion; no measuring)")
+    p.add_argument("--whole-times", default=None, metavar="FILE.json",
+                   help="whole-model runtimes for the fit from a bench JSON (end_to_end or cost_accuracy) "
+                        "or {\"zoo:NAME\": seconds}, instead of timing the models")
     p.add_argument("--model-out", default=None,
                    help="where to save the model (default: the user model directory)")
     p.add_argument("--ship", action="store_true",
@@ -81,11 +90,31 @@ def _rewritten_instances(graphs, node_limit: int):
     return out
 
 
+def read_whole_times(path: str, small: bool) -> dict[str, float]:
+    """{"zoo:NAME": seconds} from a bench result (end_to_end.json: the opt_level
+    3 medians; cost_accuracy.json: the measured runtimes) or a plain mapping;
+    only rows of the requested size (full or small)."""
+    import json
+
+    with open(path) as f:
+        data = json.load(f)
+    if isinstance(data, dict) and "rows" in data:
+        out = {}
+        for row in data["rows"]:
+            if bool(row.get("small")) != small:
+                continue
+            secs = row.get("variants", {}).get("opt3", {}).get("median_s", row.get("measured"))
+            if secs:
+                out["zoo:" + row["model"]] = float(secs)
+        return out
+    return {str(k): float(v) for k, v in data.items()}
+
+
 def run(args: argparse.Namespace) -> int:
-    from .base import CostModel, fit_fusion
+    from .base import CostModel
     from .cache import CostCache
     from .instance import instances_from_graph, unique
-    from .learned import LearnedCostModel, default_model_path, model_dir, model_filename
+    from .learned import LearnedCostModel
     from .measure import BackendUnavailable, MeasureConfig, Measurer
 
     cache = CostCache(args.db)
@@ -98,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"target {measurer.target}, backend {measurer.backend}, database {cache.path}")
 
     specs = [s.strip() for s in args.models.split(",") if s.strip()]
+    if args.fit_only:
+        return refit_only(args, measurer, cache, specs)
     graphs = {}
     for spec in specs:
         graphs[spec] = _load_graph(spec, args.small)
@@ -118,8 +149,8 @@ def run(args: argparse.Namespace) -> int:
               f"{len(failed)} failed")
         for r in failed[:10]:
             print(f"  failed: {r.instance}: {r.error.splitlines()[0] if r.error else ''}")
-        whole = {}
-        if args.fit_fusion:
+        whole = read_whole_times(args.whole_times, args.small) if args.whole_times else {}
+        if args.fit_fusion and not whole:
             for spec, g in graphs.items():
                 secs, err = measurer.measure_zoo_model(spec[4:], args.small)
                 if secs is None:
@@ -135,21 +166,67 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"learned model: {report}")
     if whole:
-        cm = CostModel("auto", measurer.target, measurer.backend, cache=cache, learned=model)
-        fit = fit_fusion(cm, [(graphs[s], t) for s, t in whole.items()])
-        print(fit)
-        cm.fusion = fit.rule
-        for spec, t in whole.items():
-            print(f"  {spec}: measured {t * 1e3:.3f} ms, predicted {cm.graph_cost(graphs[spec]) * 1e3:.3f} ms")
-        model.meta["fusion"] = {k: getattr(fit.rule, k) for k in fit.rule.TERMS}
-        model.meta["fusion_fit"] = str(fit)
+        _fit_into(model, CostModel("auto", measurer.target, measurer.backend, cache=cache, learned=model),
+                  graphs, whole)
+    return _save(model, args, measurer.backend, measurer.target)
+
+
+def _fit_into(model, cm, graphs: dict, whole: dict) -> None:
+    """Fit the fusion weights of ``cm`` to the whole-model times and store them in ``model``'s metadata."""
+    from .base import fit_fusion
+
+    used = {s: t for s, t in whole.items() if s in graphs}
+    missing = sorted(set(graphs) - set(used))
+    if missing:
+        print(f"  no whole-model time for {', '.join(missing)}: left out of the fit")
+    fit = fit_fusion(cm, [(graphs[s], t) for s, t in used.items()])
+    print(fit)
+    cm.fusion = fit.rule
+    for spec, t in used.items():
+        p = cm.graph_cost(graphs[spec])
+        print(f"  {spec}: measured {t * 1e3:.3f} ms, predicted {p * 1e3:.3f} ms ({p / t - 1:+.1%})")
+    model.meta["fusion"] = {k: getattr(fit.rule, k) for k in fit.rule.TERMS}
+    model.meta["fusion_fit"] = str(fit)
+
+
+def refit_only(args, measurer, cache, specs) -> int:
+    """``--fit-only``: the existing model's fusion weights refitted, nothing measured or trained."""
+    from .base import CostModel
+    from .learned import load_model
+
+    model = load_model(measurer.target, measurer.backend)
+    if model is None:
+        print(f"relay-eqsat measure: no learned model for {measurer.target} to refit", file=sys.stderr)
+        return 1
+    graphs = {spec: _load_graph(spec, args.small) for spec in specs}
+    whole = read_whole_times(args.whole_times, args.small) if args.whole_times else {}
+    if not whole:
+        with measurer:
+            for spec in specs:
+                secs, err = measurer.measure_zoo_model(spec[4:], args.small)
+                if secs is None:
+                    print(f"  {spec}: whole-model timing failed: {err.splitlines()[0]}")
+                else:
+                    whole[spec] = secs
+    if not whole:
+        print("relay-eqsat measure: no whole-model times to fit to", file=sys.stderr)
+        return 1
+    cm = CostModel("auto", measurer.target, measurer.backend, cache=cache, learned=model)
+    cm.fusion = type(cm.fusion)()  # refit from the defaults, not from the stored fit
+    _fit_into(model, cm, graphs, whole)
+    return _save(model, args, measurer.backend, measurer.target)
+
+
+def _save(model, args, backend: str, target: str) -> int:
+    from .learned import default_model_path, model_dir, model_filename
+
     if args.ship:
         model.meta["shipped"] = True
-        out = default_model_path(measurer.backend)
+        out = default_model_path(backend)
     elif args.model_out:
         out = Path(args.model_out)
     else:
-        out = model_dir() / model_filename(measurer.target, measurer.backend)
+        out = model_dir() / model_filename(target, backend)
     model.save(out)
     print(f"saved {out}")
     return 0
