@@ -36,6 +36,11 @@ def model_names(spec: str) -> list[str]:
     return names
 
 
+def small_for(args, name: str) -> bool:
+    """Whether ``name`` runs at its small configuration (``--small`` or ``--small-models``)."""
+    return bool(args.small) or name in {m.strip() for m in getattr(args, "small_models", "").split(",")}
+
+
 def base_parser(doc: str, out_name: str, models: str = "all") -> argparse.ArgumentParser:
     """An argument parser with the options every bench script shares:
     ``--models``, ``--small`` and ``--out`` (default ``bench/results/<out_name>``)."""
@@ -45,6 +50,9 @@ def base_parser(doc: str, out_name: str, models: str = "all") -> argparse.Argume
     ap.add_argument("--models", default=models,
                     help=f"comma-separated zoo models, or 'all' (default: {models})")
     ap.add_argument("--small", action="store_true", help="use the zoo's small configurations")
+    ap.add_argument("--small-models", default="", metavar="NAMES",
+                    help="comma-separated models to run at their small configuration even without --small "
+                         "(e.g. nasnet_a: TVM takes over 12 minutes to build the full model on 2 cores)")
     ap.add_argument("--out", default=str(RESULTS_DIR / out_name), help="JSON result file")
     return ap
 

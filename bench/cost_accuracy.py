@@ -146,10 +146,11 @@ def main(argv=None):
     costs = {k: make_cost_model(k) for k in kinds}
     rows, pairs = [], []
     for name in common.model_names(args.models):
-        mod, params, graph = common.load_model(name, args.small)
-        t = common.build_and_time(common.bind_params(mod, params), common.model_inputs(name, args.small),
+        small = common.small_for(args, name)
+        mod, params, graph = common.load_model(name, small)
+        t = common.build_and_time(common.bind_params(mod, params), common.model_inputs(name, small),
                                   repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
-        row = {"model": name, "small": args.small, "nodes": len(graph), "measured": t.median,
+        row = {"model": name, "small": small, "nodes": len(graph), "measured": t.median,
                "timing": t.to_dict()}
         for kind, cm in costs.items():
             pred = cm.graph_cost(graph)
@@ -158,7 +159,7 @@ def main(argv=None):
         print(f"{name}: measured {t.median * 1e3:.3f} ms (build {t.build_time:.1f} s), "
               + ", ".join(f"{k} {row[k]['predicted'] * 1e3:.3f} ms" for k in kinds), flush=True)
         if not args.no_pairs:
-            small = args.small or t.build_time > args.max_pair_build_s
+            small = small or t.build_time > args.max_pair_build_s
             pairs += model_pairs(name, small, costs, args)
 
     headers = ["model", "nodes", "measured ms"]

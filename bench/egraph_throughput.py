@@ -18,11 +18,12 @@ comparison is of e-nodes added per second. The ratio ours/egglog goes to
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import time
 from pathlib import Path
+
+import common
 
 
 def load_graph(name: str, small: bool):
@@ -134,22 +135,19 @@ def run_egglog(graph, iterations: int, k_multi: int):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="bert,nasnet_a")
-    ap.add_argument("--small", action="store_true", help="use the zoo's small configurations")
+    ap = common.base_parser(__doc__, "egraph_throughput.json", models="bert,nasnet_a")
     ap.add_argument("--node-limit", type=int, default=50_000)
     ap.add_argument("--iter-limit", type=int, default=15)
     ap.add_argument("--k-multi", type=int, default=1)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "egraph_throughput.json"))
     args = ap.parse_args(argv)
     results = []
-    for name in args.models.split(","):
-        graph = load_graph(name, args.small)
+    for name in common.model_names(args.models):
+        graph = load_graph(name, common.small_for(args, name))
         eg, rep = run_ours(graph, args.node_limit, args.iter_limit, args.k_multi)
         ours_rate = rep.nodes_added / rep.total_time if rep.total_time else 0.0
         print(f"{name}: ours   {rep.nodes_before} -> {rep.nodes_after} e-nodes in {rep.total_time:.3f}s "
               f"({ours_rate:,.0f} e-nodes/s), {rep.iterations} iterations, stop: {rep.stop_reason}")
-        row = dict(model=name, small=args.small, graph_nodes=len(graph), ours=dict(
+        row = dict(model=name, small=common.small_for(args, name), graph_nodes=len(graph), ours=dict(
             nodes_before=rep.nodes_before, nodes_after=rep.nodes_after, seconds=rep.total_time,
             nodes_per_second=ours_rate, iterations=rep.iterations, stop_reason=rep.stop_reason,
             blacklisted=rep.blacklisted, search=rep.search_time, apply=rep.apply_time,

@@ -95,10 +95,11 @@ def run_eqsat(mod, params, bound, options: dict):
 def run_model(name: str, args) -> dict:
     import tvm
 
-    mod, params = common.load_model(name, args.small)[:2]
+    small = common.small_for(args, name)
+    mod, params = common.load_model(name, small)[:2]
     bound = common.bind_params(mod, params)
-    inputs = common.model_inputs(name, args.small)
-    row = {"model": name, "small": args.small, "variants": {}}
+    inputs = common.model_inputs(name, small)
+    row = {"model": name, "small": small, "variants": {}}
     built = {}
 
     built["opt3"] = common.build_module(bound, inputs)

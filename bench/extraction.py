@@ -143,18 +143,19 @@ def main(argv=None):
     rows = []
     warmed = False
     for name in common.model_names(args.models):
-        _, _, graph = common.load_model(name, args.small)
+        small = common.small_for(args, name)
+        _, _, graph = common.load_model(name, small)
         for k in configs:
             label = "initial" if k == 0 else f"k_multi={k}"
             eg, root, rep = grow(graph, k, args.node_limit, args.search_time_limit)
             problem = eg.to_problem(cost.node_cost, [root])
-            row = {"model": name, "small": args.small, "config": label, "k_multi": k,
+            row = {"model": name, "small": small, "config": label, "k_multi": k,
                    "enodes": problem.num_nodes, "eclasses": problem.num_classes,
                    "blacklisted": int(problem.blacklisted.sum()),
                    "stop_reason": rep.stop_reason if rep else None,
                    "search_time": rep.total_time if rep else 0.0}
             if not args.no_dump:
-                fname = f"{name}{'-small' if args.small else ''}-{'initial' if k == 0 else f'k{k}'}.json.gz"
+                fname = f"{name}{'-small' if small else ''}-{'initial' if k == 0 else f'k{k}'}.json.gz"
                 row["egraph_json"] = str(dump(problem, Path(args.egraph_dir) / fname))
             if not warmed:  # solver imports and first-call set-up are not extraction time
                 run_extractors(problem, extractors, args.time_limit, args.solver)

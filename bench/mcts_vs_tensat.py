@@ -115,8 +115,9 @@ def main(argv=None):
     cost = make_cost_model(args.cost)
     rows = []
     for name in common.model_names(args.models):
-        _, _, graph = common.load_model(name, args.small)
-        row = {"model": name, "small": args.small, "graph_nodes": len(graph)}
+        small = common.small_for(args, name)
+        _, _, graph = common.load_model(name, small)
+        row = {"model": name, "small": small, "graph_nodes": len(graph)}
         row["tensat"] = run_tensat(graph, cost, args)
         print(f"{name}: tensat k_multi={row['tensat']['k_multi']} {row['tensat']['stop_reason']}, "
               f"{row['tensat']['time']:.2f}s", flush=True)

@@ -396,7 +396,9 @@ def test_fit_fusion_recovers_weights():
     graphs = []
     for c, h, residual, relus, transposed in [(8, 8, True, 1, True), (16, 8, False, 1, True),
                                               (16, 16, True, 2, False), (32, 8, True, 0, True),
-                                              (32, 16, False, 3, False), (8, 16, True, 1, False)]:
+                                              (32, 16, False, 3, False), (8, 16, True, 1, False),
+                                              (16, 32, False, 0, True), (64, 8, True, 2, True),
+                                              (24, 12, False, 2, True), (48, 8, False, 1, False)]:
         g = TensorGraph()
         x = g.var("x", (1, c, h, h))
         w = g.const(np.ones((c, c, 3, 3), np.float32), "w")
@@ -407,16 +409,18 @@ def test_fit_fusion_recovers_weights():
             y = g.add("add", [y, x])
         if transposed:
             y = g.add("transpose", [y], {"axes": (0, 2, 3, 1)})
+        if c % 3 == 0 or relus == 2:  # a non-convolution anchor in some graphs
+            y = g.add("nn.softmax", [y], {"axis": 3})
         g.set_output(y)
         graphs.append(g)
-    truth = FusionRule(anchor=1.3, fused=0.05, fused_read=0.6, injective=0.9, weights=0.7)
+    truth = FusionRule(anchor=1.3, fused=0.05, fused_read=0.6, injective=0.9, weights=0.7, launch=2.0, conv=0.8)
     true_cm = CostModel("analytic", TARGET, fusion=truth)
     samples = [(g, true_cm.graph_cost(g)) for g in graphs]
-    rep = fit_fusion(cm, samples, prior_strength=0.0)
+    rep = fit_fusion(cm, samples, fit=[t for t in FusionRule.TERMS if t != "opaque"], prior_strength=0.0)
     assert rep.after_mean_ape < 1e-6 < rep.before_mean_ape
-    for k in ("anchor", "fused", "fused_read", "injective", "weights"):
+    for k in FusionRule.TERMS:
         assert getattr(rep.rule, k) == pytest.approx(getattr(truth, k), rel=1e-4)
-    assert "fusion rule fit on 6 graphs" in str(rep)
+    assert "fusion rule fit on 10 graphs" in str(rep)
     # with one graph, the prior keeps the weights near the current ones
     one = fit_fusion(cm, samples[:1])
     assert one.rule.anchor > 0.5 and one.rule.injective > 0.1
@@ -494,10 +498,10 @@ def test_read_whole_times(tmp_path):
     acc = {"rows": [{"model": "vgg19", "small": False, "measured": 0.2}]}
     for name, data in (("e2e", e2e), ("acc", acc), ("plain", {"zoo:x": 1.5})):
         (tmp_path / f"{name}.json").write_text(json.dumps(data))
-    assert read_whole_times(str(tmp_path / "e2e.json"), small=False) == {"zoo:nasrnn": 3.5e-3}
-    assert read_whole_times(str(tmp_path / "e2e.json"), small=True) == {"zoo:bert": 1e-3}
-    assert read_whole_times(str(tmp_path / "acc.json"), small=False) == {"zoo:vgg19": 0.2}
-    assert read_whole_times(str(tmp_path / "plain.json"), small=False) == {"zoo:x": 1.5}
+    assert read_whole_times(str(tmp_path / "e2e.json"), small=False) == {"zoo:nasrnn": (3.5e-3, False),
+                                                                         "zoo:bert": (1e-3, True)}
+    assert read_whole_times(str(tmp_path / "acc.json"), small=False) == {"zoo:vgg19": (0.2, False)}
+    assert read_whole_times(str(tmp_path / "plain.json"), small=True) == {"zoo:x": (1.5, True)}
 
 
 @pytest.mark.tvm

@@ -23,7 +23,10 @@ It then follows what TVM's build does with the node (``FusionRule``):
 - an opaque node costs the memory traffic of its inputs and output (analytic):
   it never changes, so only consistency matters;
 - *anchors* (conv2d, dense, matmuls, pools, reductions, softmax, layer_norm):
-  ``anchor × kernel``;
+  ``anchor × kernel``, convolutions ``conv × kernel`` (timed alone, a
+  convolution converts its input and output to and from TVM's blocked NCHWc
+  layout; in a model the layout stays blocked between convolutions, so alone
+  overstates them, while dense layers are understated);
 - element-wise and broadcast ops (with bias_add and batch_norm, which TVM
   turns into a scale-and-shift) fuse into their producer's kernel, so they do
   not pay a memory round trip: ``fused × kernel + fused_read × kernel ×
@@ -38,7 +41,12 @@ It then follows what TVM's build does with the node (``FusionRule``):
   per inference (NasRNN's 80 dense layers at batch 1 read 80 MB: they are
   memory-bound in the model, not in isolation). Merging layers concatenates
   their weights, so this term does not reward merges, and enlarging a kernel
-  (1×1 to 3×3) pays for the zeros it reads.
+  (1×1 to 3×3) pays for the zeros it reads;
+- every node that starts a kernel of its own (anchors, injective and opaque
+  ops; element-wise ones fuse) pays ``launch × the roofline's launch
+  overhead``: the graph executor's per-kernel cost, which dominates models of
+  many tiny ops (small NasNet-A) and which a kernel timed alone in a loop
+  hardly shows.
 
 The extractors need a sum of per-node costs, and a node's cost cannot depend
 on which producer the extractor picks, so fusion is an expected discount per
@@ -64,6 +72,9 @@ KINDS = ("auto", "measured", "learned", "analytic")
 
 # Ops whose fusion class differs from their operator-table pattern.
 FUSION_OVERRIDES = {"nn.batch_norm": "fused", "nn.bias_add": "fused"}
+
+#: convolutions: their own anchor weight (``FusionRule.conv``)
+CONV_OPS = frozenset({"nn.conv2d", "nn.conv2d_transpose", "nn.conv1d", "nn.conv3d"})
 
 #: ops whose operand 1 is a weight tensor read from memory once per inference
 WEIGHT_OPERAND_OPS = frozenset({"nn.dense", "nn.conv2d", "nn.conv2d_transpose", "nn.conv1d", "nn.conv3d"})
@@ -106,8 +117,10 @@ class FusionRule:
     injective: float = 0.5
     opaque: float = 1.0
     weights: float = 0.0
+    launch: float = 0.0
+    conv: float = 1.0
 
-    TERMS = ("anchor", "fused", "fused_read", "injective", "opaque", "weights")
+    TERMS = ("anchor", "fused", "fused_read", "injective", "opaque", "weights", "launch", "conv")
 
     def vector(self) -> np.ndarray:
         return np.array([getattr(self, t) for t in self.TERMS])
@@ -247,6 +260,8 @@ class CostModel:
         cls = fusion_class(op)
         if cls == "free" or (all_inputs_constant and cls != "opaque" and len(input_types) > 0):
             return terms
+        if cls != "fused":
+            terms[6] = self.analytic.launch_overhead
         if cls == "opaque":
             nbytes = sum(type_bytes(t) for t in input_types) + type_bytes(out_type)
             terms[4] = self.analytic.roofline(0, nbytes)
@@ -254,7 +269,7 @@ class CostModel:
         k = self.kernel_cost(op, attrs, input_types, out_type)
         terms[5] = self._weight_traffic(op, input_types)
         if cls == "anchor":
-            terms[0] = k
+            terms[7 if op in CONV_OPS else 0] = k
         elif cls == "fused":
             terms[1] = k
             terms[2] = k * extra_read_share(input_types, out_type)
@@ -269,13 +284,14 @@ class CostModel:
         if cls == "free" or (all_inputs_constant and cls != "opaque" and len(input_types) > 0):
             return 0.0
         f = self.fusion
+        launch = f.launch * self.analytic.launch_overhead if cls != "fused" else 0.0
         if cls == "opaque":
             nbytes = sum(type_bytes(t) for t in input_types) + type_bytes(out_type)
-            return f.opaque * self.analytic.roofline(0, nbytes)
+            return f.opaque * self.analytic.roofline(0, nbytes) + launch
         k = self.kernel_cost(op, attrs, input_types, out_type)
-        w = f.weights * self._weight_traffic(op, input_types) if f.weights else 0.0
+        w = (f.weights * self._weight_traffic(op, input_types) if f.weights else 0.0) + launch
         if cls == "anchor":
-            return f.anchor * k + w
+            return (f.conv if op in CONV_OPS else f.anchor) * k + w
         if cls == "fused":
             return k * (f.fused + f.fused_read * extra_read_share(input_types, out_type)) + w
         return f.injective * k + w
@@ -342,7 +358,7 @@ def _nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def fit_fusion(model: CostModel, samples: Sequence[tuple[TensorGraph, float]],
-               fit: Sequence[str] = ("anchor", "fused", "fused_read", "injective", "weights"),
+               fit: Sequence[str] = ("anchor", "fused", "fused_read", "injective", "weights", "launch", "conv"),
                prior_strength: float = 0.01) -> FitReport:
     """Fit the FusionRule weights named in ``fit`` to measured whole-graph seconds.
 

@@ -90,10 +90,11 @@ def _rewritten_instances(graphs, node_limit: int):
     return out
 
 
-def read_whole_times(path: str, small: bool) -> dict[str, float]:
-    """{"zoo:NAME": seconds} from a bench result (end_to_end.json: the opt_level
-    3 medians; cost_accuracy.json: the measured runtimes) or a plain mapping;
-    only rows of the requested size (full or small)."""
+def read_whole_times(path: str, small: bool) -> dict[str, tuple[float, bool]]:
+    """{"zoo:NAME": (seconds, small)} from a bench result (end_to_end.json: the
+    opt_level 3 medians; cost_accuracy.json: the measured runtimes), each at
+    the size its row was run at, or from a plain {"zoo:NAME": seconds} mapping
+    (taken to be at size ``small``)."""
     import json
 
     with open(path) as f:
@@ -101,13 +102,11 @@ def read_whole_times(path: str, small: bool) -> dict[str, float]:
     if isinstance(data, dict) and "rows" in data:
         out = {}
         for row in data["rows"]:
-            if bool(row.get("small")) != small:
-                continue
             secs = row.get("variants", {}).get("opt3", {}).get("median_s", row.get("measured"))
             if secs:
-                out["zoo:" + row["model"]] = float(secs)
+                out["zoo:" + row["model"]] = (float(secs), bool(row.get("small")))
         return out
-    return {str(k): float(v) for k, v in data.items()}
+    return {str(k): (float(v), small) for k, v in data.items()}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -149,7 +148,10 @@ def run(args: argparse.Namespace) -> int:
               f"{len(failed)} failed")
         for r in failed[:10]:
             print(f"  failed: {r.instance}: {r.error.splitlines()[0] if r.error else ''}")
-        whole = read_whole_times(args.whole_times, args.small) if args.whole_times else {}
+        whole = {}
+        if args.whole_times:  # the models measured here, at this size
+            whole = {k: t for k, (t, small) in read_whole_times(args.whole_times, args.small).items()
+                     if small == args.small and k in graphs}
         if args.fit_fusion and not whole:
             for spec, g in graphs.items():
                 secs, err = measurer.measure_zoo_model(spec[4:], args.small)
@@ -198,8 +200,13 @@ def refit_only(args, measurer, cache, specs) -> int:
     if model is None:
         print(f"relay-eqsat measure: no learned model for {measurer.target} to refit", file=sys.stderr)
         return 1
-    graphs = {spec: _load_graph(spec, args.small) for spec in specs}
-    whole = read_whole_times(args.whole_times, args.small) if args.whole_times else {}
+    if args.whole_times:  # each model at the size its runtime was measured at
+        times = {k: v for k, v in read_whole_times(args.whole_times, args.small).items() if k in specs}
+        graphs = {spec: _load_graph(spec, small) for spec, (_, small) in times.items()}
+        whole = {spec: t for spec, (t, _) in times.items()}
+    else:
+        graphs = {spec: _load_graph(spec, args.small) for spec in specs}
+        whole = {}
     if not whole:
         with measurer:
             for spec in specs:
