@@ -142,12 +142,13 @@ def build_and_run(mod, inputs: Mapping[str, np.ndarray], target: str | None = No
     return m, run(m, inputs), build_seconds
 
 
-def time_interleaved(modules: Sequence[graph_executor.GraphModule], number: int = 0, repeat: int = 10,
-                     min_repeat_ms: int = 0) -> list[float]:
-    """Median seconds per run of each graph executor module. The timings
-    alternate between the modules (``repeat`` rounds; each timing averages
-    ``number`` runs, or as many as fill ``min_repeat_ms``), so load from other
-    processes affects all of them alike."""
+def time_rounds(modules: Sequence[graph_executor.GraphModule], number: int = 0, repeat: int = 10,
+                min_repeat_ms: int = 0) -> list[list[float]]:
+    """Seconds per run of each graph executor module, one sample per round:
+    the timings alternate between the modules (``repeat`` rounds; each timing
+    averages ``number`` runs, or as many as fill ``min_repeat_ms``), so load
+    from other processes affects all of them alike, and sample ``k`` of one
+    module can be paired with sample ``k`` of another."""
     timers = [m.module.time_evaluator("run", tvm.cpu(0), number=max(1, number), repeat=1,
                                       min_repeat_ms=min_repeat_ms) for m in modules]
     for t in timers:  # warm up
@@ -155,8 +156,14 @@ def time_interleaved(modules: Sequence[graph_executor.GraphModule], number: int 
     samples: list[list[float]] = [[] for _ in modules]
     for _ in range(repeat):
         for k, t in enumerate(timers):
-            samples[k].append(t().results[0])
-    return [float(statistics.median(s)) for s in samples]
+            samples[k].append(float(t().results[0]))
+    return samples
+
+
+def time_interleaved(modules: Sequence[graph_executor.GraphModule], number: int = 0, repeat: int = 10,
+                     min_repeat_ms: int = 0) -> list[float]:
+    """Median seconds per run of each module, timed by :func:`time_rounds`."""
+    return [float(statistics.median(s)) for s in time_rounds(modules, number, repeat, min_repeat_ms)]
 
 
 def output_error(ref: Sequence[np.ndarray], got: Sequence[np.ndarray]) -> tuple[float, str | None]:
