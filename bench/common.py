@@ -178,13 +178,16 @@ def time_built(built: Mapping[str, Built], repeat: int = 10, min_repeat_ms: int 
                rounds: int = 1) -> dict[str, Timing]:
     """Time each built module: ``repeat`` timings (each at least ``min_repeat_ms`` long)
     per module, taken in ``rounds`` interleaved rounds so that drift of the machine's
-    speed affects every module alike; the median of each module's samples."""
+    speed affects every module alike (the order rotates from round to round, so
+    no module is always timed first); the median of each module's samples."""
     import tvm
 
     samples: dict[str, list[float]] = {k: [] for k in built}
+    names = list(built)
     per_round = [repeat // rounds + (1 if r < repeat % rounds else 0) for r in range(rounds)]
-    for n in per_round:
-        for k, b in built.items():
+    for r, n in enumerate(per_round):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            b = built[k]
             if n:
                 timer = b.module.module.time_evaluator("run", tvm.cpu(0), number=1, repeat=n,
                                                        min_repeat_ms=min_repeat_ms)

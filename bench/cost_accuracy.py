@@ -16,13 +16,19 @@ the rewrite differs) and costed by each model; a pair counts when the
 measured runtimes differ by more than 5%, and the model ranks it correctly
 when it orders the two graphs as measurement does. Pairs are built at full
 size unless the model's full build took longer than --max-pair-build-s (then
-at the small configuration) or --small is given.
+at the small configuration) or --small or --small-pairs is given.
+
+--whole-times FILE takes the measured whole-model runtimes from an earlier
+benchmark's JSON (bench/end_to_end.py: the opt_level 3 medians; or an earlier
+bench/cost_accuracy.py run) instead of building and timing each model again;
+each model is then costed at the size it was timed at.
 
 Goals (issue 5): whole-graph prediction within 15% of measured on every
 model, and the correct ranking for at least 90% of the counted pairs.
 
     python bench/cost_accuracy.py [--models all] [--small] [--kinds auto,analytic] [--repeat 10]
                                   [--rounds 5] [--max-pairs 10] [--max-pair-build-s 120] [--no-pairs]
+                                  [--small-pairs] [--whole-times bench/results/end_to_end.json]
 """
 from __future__ import annotations
 
@@ -138,28 +144,45 @@ def main(argv=None):
     ap.add_argument("--pair-node-limit", type=int, default=20_000)
     ap.add_argument("--prefer", type=float, default=1e-3, help="cost factor of the rule's new e-nodes")
     ap.add_argument("--extract-time-limit", type=float, default=30.0)
+    ap.add_argument("--small-pairs", action="store_true", help="build the pairs at the small configurations")
+    ap.add_argument("--whole-times", default=None, metavar="FILE",
+                    help="whole-model runtimes from an earlier bench JSON instead of timing the models")
     args = ap.parse_args(argv)
 
     from relay_eqsat.cost import make_cost_model
 
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     costs = {k: make_cost_model(k) for k in kinds}
+    given = {}
+    if args.whole_times:
+        from relay_eqsat.cost.cli import read_whole_times
+
+        given = read_whole_times(args.whole_times, args.small)
     rows, pairs = [], []
     for name in common.model_names(args.models):
         small = common.small_for(args, name)
-        mod, params, graph = common.load_model(name, small)
-        t = common.build_and_time(common.bind_params(mod, params), common.model_inputs(name, small),
-                                  repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
-        row = {"model": name, "small": small, "nodes": len(graph), "measured": t.median,
-               "timing": t.to_dict()}
+        if "zoo:" + name in given:
+            median, small = given["zoo:" + name]
+            graph = common.load_model(name, small)[2]
+            row = {"model": name, "small": small, "nodes": len(graph), "measured": median,
+                   "timing": {"from": args.whole_times}}
+            build_time = None
+        else:
+            mod, params, graph = common.load_model(name, small)
+            t = common.build_and_time(common.bind_params(mod, params), common.model_inputs(name, small),
+                                      repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
+            median, build_time = t.median, t.build_time
+            row = {"model": name, "small": small, "nodes": len(graph), "measured": median, "timing": t.to_dict()}
         for kind, cm in costs.items():
             pred = cm.graph_cost(graph)
-            row[kind] = {"predicted": pred, "rel_error": (pred - t.median) / t.median}
+            row[kind] = {"predicted": pred, "rel_error": (pred - median) / median}
         rows.append(row)
-        print(f"{name}: measured {t.median * 1e3:.3f} ms (build {t.build_time:.1f} s), "
+        print(f"{name}: measured {median * 1e3:.3f} ms "
+              + (f"(build {build_time:.1f} s)" if build_time is not None else f"(from {args.whole_times})") + ", "
               + ", ".join(f"{k} {row[k]['predicted'] * 1e3:.3f} ms" for k in kinds), flush=True)
         if not args.no_pairs:
-            small = small or t.build_time > args.max_pair_build_s
+            small = (small or args.small_pairs
+                     or (build_time is not None and build_time > args.max_pair_build_s))
             pairs += model_pairs(name, small, costs, args)
 
     headers = ["model", "nodes", "measured ms"]

@@ -147,16 +147,18 @@ def time_rounds(modules: Sequence[graph_executor.GraphModule], number: int = 0, 
     """Seconds per run of each graph executor module, one sample per round:
     the timings alternate between the modules (``repeat`` rounds; each timing
     averages ``number`` runs, or as many as fill ``min_repeat_ms``), so load
-    from other processes affects all of them alike, and sample ``k`` of one
+    from other processes affects all of them alike (the order rotates from
+    round to round, so none is always timed first), and sample ``k`` of one
     module can be paired with sample ``k`` of another."""
     timers = [m.module.time_evaluator("run", tvm.cpu(0), number=max(1, number), repeat=1,
                                       min_repeat_ms=min_repeat_ms) for m in modules]
     for t in timers:  # warm up
         t()
     samples: list[list[float]] = [[] for _ in modules]
-    for _ in range(repeat):
-        for k, t in enumerate(timers):
-            samples[k].append(float(t().results[0]))
+    n = len(timers)
+    for r in range(repeat):
+        for k in [(r + j) % n for j in range(n)]:
+            samples[k].append(float(timers[k]().results[0]))
     return samples
 
 
