@@ -164,15 +164,13 @@ def main(argv=None):
         if "zoo:" + name in given:
             median, small = given["zoo:" + name]
             graph = common.load_model(name, small)[2]
-            row = {"model": name, "small": small, "nodes": len(graph), "measured": median,
-                   "timing": {"from": args.whole_times}}
-            build_time = None
+            timing, build_time = {"from": args.whole_times}, None
         else:
             mod, params, graph = common.load_model(name, small)
             t = common.build_and_time(common.bind_params(mod, params), common.model_inputs(name, small),
                                       repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
-            median, build_time = t.median, t.build_time
-            row = {"model": name, "small": small, "nodes": len(graph), "measured": median, "timing": t.to_dict()}
+            median, timing, build_time = t.median, t.to_dict(), t.build_time
+        row = {"model": name, "small": small, "nodes": len(graph), "measured": median, "timing": timing}
         for kind, cm in costs.items():
             pred = cm.graph_cost(graph)
             row[kind] = {"predicted": pred, "rel_error": (pred - median) / median}

@@ -8,7 +8,6 @@ import statistics
 import warnings
 
 import numpy as np
-
 import pytest
 
 tvm = pytest.importorskip("tvm")
