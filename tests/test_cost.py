@@ -421,9 +421,16 @@ def test_fit_fusion_recovers_weights():
     for k in FusionRule.TERMS:
         assert getattr(rep.rule, k) == pytest.approx(getattr(truth, k), rel=1e-4)
     assert "fusion rule fit on 10 graphs" in str(rep)
+    # leave-one-out: exact data, so each left-out graph is predicted exactly too
+    assert rep.loo_mean_ape < 1e-4 and "leave-one-out" in str(rep)
+    # with noisy times the fit absorbs some noise in sample; out of sample it cannot
+    noisy = [(g, t * (1.15 if i % 2 else 0.87)) for i, (g, t) in enumerate(samples)]
+    rep = fit_fusion(cm, noisy, fit=[t for t in FusionRule.TERMS if t != "opaque"], prior_strength=0.0)
+    assert rep.after_mean_ape < rep.loo_mean_ape <= rep.loo_max_ape
     # with one graph, the prior keeps the weights near the current ones
     one = fit_fusion(cm, samples[:1])
     assert one.rule.anchor > 0.5 and one.rule.injective > 0.1
+    assert one.loo_mean_ape is None and "leave-one-out" not in str(one)
 
 
 def test_auto_mode_fallbacks(tmp_path):
@@ -526,3 +533,58 @@ def test_cli_fit_only_from_bench_times(tmp_path, capsys):
     fitted = LearnedCostModel.load(out)
     assert set(fitted.meta["fusion"]) == set(FusionRule.TERMS)
     assert CostCache().count(TARGET, "tvm-llvm") == 0  # nothing measured
+
+
+def test_shipped_tables_are_keyed_by_their_target():
+    """Each shipped measurement file serves exactly the CPU it was measured on."""
+    from relay_eqsat.cost.cache import SHIPPED_MEASUREMENTS, _read_shipped, shipped_table, shipped_table_path
+
+    files = sorted(SHIPPED_MEASUREMENTS.glob("measured-*.json.gz"))
+    assert files
+    for path in files:
+        data = _read_shipped(path)
+        backend = path.name[len("measured-"):].split("__")[0]
+        assert shipped_table_path(data["target"], backend) == path
+        assert len(shipped_table(data["target"], backend)) == len(data["rows"]) > 0
+    assert shipped_table("llvm -mcpu=nothing-shipped", "tvm-llvm") == {}
+
+
+def test_ship_writes_model_and_measurements_for_the_target(tmp_path, monkeypatch):
+    """--ship saves the model and the target's measurements as the package's
+    data for that target, and a CostModel on that target then uses both."""
+    from relay_eqsat.cost import cache as cache_mod, learned as learned_mod
+    from relay_eqsat.cost.cli import _save
+    from relay_eqsat.cost.learned import find_model
+
+    monkeypatch.setattr(cache_mod, "SHIPPED_MEASUREMENTS", tmp_path)
+    monkeypatch.setattr(learned_mod, "SHIPPED_DIR", tmp_path)
+    cache = CostCache()
+    samples = _synthetic_samples(40)
+    for inst, t in samples:
+        cache.put(inst, TARGET, "tvm-llvm", t, 3)
+    model, _ = LearnedCostModel.train_from_cache(cache, TARGET, "tvm-llvm", rounds=20)
+    args = argparse.Namespace(ship=True, ship_default=False, model_out=None)
+    assert _save(model, args, "tvm-llvm", TARGET, cache) == 0
+    assert find_model(TARGET, "tvm-llvm") == tmp_path / learned_mod.model_filename(TARGET, "tvm-llvm")
+    assert not learned_mod.default_model_path("tvm-llvm").exists()  # --ship-default only
+    inst, t = samples[0]
+    cm = CostModel("auto", TARGET, "tvm-llvm", cache=CostCache(tmp_path / "empty.sqlite"))
+    assert cm.learned.meta["shipped"]
+    assert cm.kernel_cost(inst.op, inst.attrs, inst.input_types, inst.out_type) == pytest.approx(
+        cache.get(inst, TARGET, "tvm-llvm").seconds)
+    assert cm.sources["cache"] == 1
+
+
+def test_model_from_another_cpu_is_named_and_warned_once(tmp_path, caplog):
+    from relay_eqsat.cost import base
+
+    base._warn_foreign.cache_clear()
+    target = "llvm -mtriple=x86_64-linux-gnu -mcpu=nothing-shipped"
+    with caplog.at_level("WARNING", logger="relay_eqsat.cost.base"):
+        cm = CostModel("auto", target, cache=CostCache(tmp_path / "c.sqlite"))
+        CostModel("auto", target, cache=CostCache(tmp_path / "c.sqlite"))
+    assert cm.foreign_model and "(another CPU)" in repr(cm)
+    warned = [r for r in caplog.records if "no learned model for" in r.getMessage()]
+    assert len(warned) == 1 and "nothing-shipped" in warned[0].getMessage()
+    own = CostModel("auto", cm.learned.meta["target"], cache=CostCache(tmp_path / "c.sqlite"))
+    assert not own.foreign_model and "another CPU" not in repr(own)

@@ -56,7 +56,9 @@ least squares on relative error) against measured whole-graph runtimes.
 """
 from __future__ import annotations
 
+import functools
 import itertools
+import logging
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from typing import Sequence
@@ -65,8 +67,10 @@ import numpy as np
 
 from ..graph import Attrs, TensorGraph, TensorType, Type
 from .analytic import AnalyticModel, type_bytes
-from .cache import CostCache, shipped_table
+from .cache import CostCache, normalize_target, shipped_table
 from .instance import GRAPH_LEVEL_OPS, OpInstance
+
+log = logging.getLogger(__name__)
 
 KINDS = ("auto", "measured", "learned", "analytic")
 
@@ -135,12 +139,18 @@ class FitReport:
     after_mean_ape: float
     after_max_ape: float
     n_graphs: int
+    #: leave-one-out: each graph predicted by the weights fitted on the others
+    #: (None with fewer than 3 graphs): the error to expect on a model not fitted on
+    loo_mean_ape: float | None = None
+    loo_max_ape: float | None = None
 
     def __str__(self) -> str:
         w = ", ".join(f"{k}={v:.3g}" for k, v in asdict(self.rule).items())
+        loo = ("" if self.loo_mean_ape is None else
+               f"; leave-one-out {100 * self.loo_mean_ape:.1f}% (max {100 * self.loo_max_ape:.1f}%)")
         return (f"fusion rule fit on {self.n_graphs} graphs: {w}; whole-graph mean abs error "
                 f"{100 * self.before_mean_ape:.1f}% -> {100 * self.after_mean_ape:.1f}% "
-                f"(max {100 * self.after_max_ape:.1f}%)")
+                f"(max {100 * self.after_max_ape:.1f}%) in sample{loo}")
 
 
 class CostModel:
@@ -188,6 +198,8 @@ class CostModel:
                                  f"{self.backend}); run `relay-eqsat measure --target ...` to train one")
         if fusion is None and self.learned is not None and self.learned.meta.get("fusion"):
             self.fusion = FusionRule(**self.learned.meta["fusion"])  # fitted with the model
+        if self.foreign_model and kind in ("auto", "learned"):
+            _warn_foreign(self.learned.meta.get("target"), self.target)
         self.analytic = analytic or AnalyticModel.for_target(self.target)
         self.sources: Counter = Counter()  # where kernel times came from
         self._kernel: dict[tuple, float] = {}
@@ -334,9 +346,25 @@ class CostModel:
             self._measurer.close()
             self._measurer = None
 
+    @property
+    def foreign_model(self) -> bool:
+        """Whether the learned model was trained on another target (another CPU) than this one."""
+        return (self.learned is not None and self.target is not None
+                and self.learned.meta.get("target") != normalize_target(self.target))
+
     def __repr__(self) -> str:
+        learned = "no" if self.learned is None else repr(self.learned.meta.get("target"))
         return (f"CostModel(kind={self.kind!r}, target={self.target!r}, backend={self.backend!r}, "
-                f"learned={'yes' if self.learned is not None else 'no'})")
+                f"learned={learned}{' (another CPU)' if self.foreign_model else ''})")
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_foreign(trained_on: str | None, target: str) -> None:
+    """Say once per (model target, target) that the learned costs come from another CPU."""
+    log.warning("relay-eqsat cost model: no learned model for %s; using the one trained on %s. Its "
+                "predictions keep their ranking but not their scale on this CPU; `relay-eqsat measure "
+                "--models zoo:NAME,...` measures this one and trains its own (in the user cache).",
+                target, trained_on)
 
 
 def _nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -380,7 +408,26 @@ def fit_fusion(model: CostModel, samples: Sequence[tuple[TensorGraph, float]],
         raise ValueError("measured seconds must be positive")
     w0 = model.fusion.vector()
     before = np.abs(rows @ w0 / y - 1.0)
-    fixed = [i for i in range(len(names)) if i not in idx]
+    w = _fit_weights(rows, y, w0, idx, prior_strength)
+    rule = replace(model.fusion, **{names[i]: float(w[i]) for i in idx})
+    after = np.abs(rows @ w / y - 1.0)
+    loo = None
+    if len(samples) >= 3:
+        keep = np.ones(len(samples), dtype=bool)
+        loo = np.empty(len(samples))
+        for i in range(len(samples)):
+            keep[i] = False
+            wi = _fit_weights(rows[keep], y[keep], w0, idx, prior_strength)
+            keep[i] = True
+            loo[i] = abs(rows[i] @ wi / y[i] - 1.0)
+    return FitReport(rule, float(before.mean()), float(after.mean()), float(after.max()), len(samples),
+                     None if loo is None else float(loo.mean()), None if loo is None else float(loo.max()))
+
+
+def _fit_weights(rows: np.ndarray, y: np.ndarray, w0: np.ndarray, idx: Sequence[int],
+                 prior_strength: float) -> np.ndarray:
+    """``w0`` with the weights at ``idx`` fitted (see `fit_fusion`) to the graphs' term rows and seconds."""
+    fixed = [i for i in range(len(w0)) if i not in idx]
     A = rows[:, idx] / y[:, None]
     b = 1.0 - rows[:, fixed] @ w0[fixed] / y
     if prior_strength > 0:
@@ -390,9 +437,6 @@ def fit_fusion(model: CostModel, samples: Sequence[tuple[TensorGraph, float]],
         scale = np.sqrt(prior_strength) / centre
         A = np.vstack([A, np.diag(scale)])
         b = np.concatenate([b, scale * centre])
-    x = _nnls(A, b)
     w = w0.copy()
-    w[idx] = x
-    rule = replace(model.fusion, **{names[i]: float(w[i]) for i in idx})
-    after = np.abs(rows @ w / y - 1.0)
-    return FitReport(rule, float(before.mean()), float(after.mean()), float(after.max()), len(samples))
+    w[idx] = _nnls(A, b)
+    return w

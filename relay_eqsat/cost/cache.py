@@ -14,8 +14,10 @@ costs) share it safely, and an interrupted run keeps every row it committed.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -251,18 +253,33 @@ class CostCache:
 SHIPPED_MEASUREMENTS = Path(__file__).parent / "data"
 
 
-def shipped_table(target: str, backend: str | None) -> dict[tuple, float]:
-    """Measurements shipped with the package (``data/measured-<backend>.json.gz``),
-    if they were taken on this very target (same CPU); else empty."""
-    import gzip
+def shipped_table_path(target: str, backend: str) -> Path:
+    """Where the measurements of (target, backend) ship: ``data/measured-<backend>__<target>.json.gz``."""
+    return SHIPPED_MEASUREMENTS / f"measured-{backend}__{target_slug(target)}.json.gz"
 
+
+def target_slug(target: str) -> str:
+    """The normalized target string as a file-name part."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", normalize_target(target)).strip("_")
+
+
+def shipped_table(target: str, backend: str | None) -> dict[tuple, float]:
+    """Measurements shipped with the package (``data/measured-<backend>__<target>.json.gz``,
+    one file per CPU they were taken on) if one was taken on this very target; else empty."""
     if backend is None:
         return {}
-    path = SHIPPED_MEASUREMENTS / f"measured-{backend}.json.gz"
+    path = shipped_table_path(target, backend)
     if not path.exists():
         return {}
-    with gzip.open(path, "rt") as f:
-        data = json.load(f)
+    data = _read_shipped(path)
     if data.get("target") != normalize_target(target):
         return {}
     return {(op, a, sh, dt): s for op, a, sh, dt, s in data["rows"]}
+
+
+@functools.lru_cache(maxsize=8)
+def _read_shipped(path: Path) -> dict:
+    import gzip
+
+    with gzip.open(path, "rt") as f:
+        return json.load(f)

@@ -53,7 +53,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--model-out", default=None,
                    help="where to save the model (default: the user model directory)")
     p.add_argument("--ship", action="store_true",
-                   help="save the model as the package's shipped default (relay_eqsat/cost/data)")
+                   help="ship the model and the measurements with the package for this target "
+                        "(relay_eqsat/cost/data)")
+    p.add_argument("--ship-default", action="store_true",
+                   help="as --ship, and make the model the default for every target of its backend")
     p.set_defaults(func=run)
     return p
 
@@ -170,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     if whole:
         _fit_into(model, CostModel("auto", measurer.target, measurer.backend, cache=cache, learned=model),
                   graphs, whole)
-    return _save(model, args, measurer.backend, measurer.target)
+    return _save(model, args, measurer.backend, measurer.target, cache)
 
 
 def _fit_into(model, cm, graphs: dict, whole: dict) -> None:
@@ -221,15 +224,29 @@ def refit_only(args, measurer, cache, specs) -> int:
     cm = CostModel("auto", measurer.target, measurer.backend, cache=cache, learned=model)
     cm.fusion = type(cm.fusion)()  # refit from the defaults, not from the stored fit
     _fit_into(model, cm, graphs, whole)
-    return _save(model, args, measurer.backend, measurer.target)
+    return _save(model, args, measurer.backend, measurer.target, cache)
 
 
-def _save(model, args, backend: str, target: str) -> int:
-    from .learned import default_model_path, model_dir, model_filename
+def _save(model, args, backend: str, target: str, cache) -> int:
+    import gzip
+    import json
 
-    if args.ship:
+    from .cache import shipped_table_path
+    from .learned import SHIPPED_DIR, default_model_path, model_dir, model_filename
+
+    if args.ship or args.ship_default:
+        # the package's model and measurements for this very target (CPU)
         model.meta["shipped"] = True
-        out = default_model_path(backend)
+        out = SHIPPED_DIR / model_filename(target, backend)
+        table = cache.export_rows(target, backend)
+        if table["rows"]:
+            path = shipped_table_path(target, backend)
+            with gzip.open(path, "wt") as f:
+                json.dump(table, f)
+            print(f"saved {path} ({len(table['rows'])} measurements)")
+        if args.ship_default:
+            model.save(default_model_path(backend))
+            print(f"saved {default_model_path(backend)}")
     elif args.model_out:
         out = Path(args.model_out)
     else:

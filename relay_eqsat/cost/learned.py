@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -31,7 +30,7 @@ import numpy as np
 
 from ..graph import Attrs, TensorType, TupleType, Type
 from .analytic import op_flops_bytes
-from .cache import CostCache, cache_dir, normalize_target
+from .cache import CostCache, cache_dir, normalize_target, target_slug
 from .instance import OpInstance
 
 FEATURE_VERSION = 1
@@ -413,8 +412,7 @@ def model_dir() -> Path:
 
 
 def model_filename(target: str, backend: str) -> str:
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", normalize_target(target)).strip("_")
-    return f"{backend}__{slug}.json"
+    return f"{backend}__{target_slug(target)}.json"
 
 
 def default_model_path(backend: str) -> Path:
