@@ -588,3 +588,21 @@ def test_model_from_another_cpu_is_named_and_warned_once(tmp_path, caplog):
     assert len(warned) == 1 and "nothing-shipped" in warned[0].getMessage()
     own = CostModel("auto", cm.learned.meta["target"], cache=CostCache(tmp_path / "c.sqlite"))
     assert not own.foreign_model and "another CPU" not in repr(own)
+
+
+def test_cost_terms_dot_weights_is_op_cost():
+    """The fit works on cost_terms; the extractors on op_cost: the two must agree
+    for every fusion class, constant folding and opaque nodes included."""
+    rule = FusionRule(anchor=1.3, fused=0.2, fused_read=0.7, injective=0.6, opaque=1.1, weights=0.5,
+                      launch=3.0, conv=0.9)
+    cm = CostModel("analytic", TARGET, fusion=rule)
+    t = TensorType((1, 16, 8, 8))
+    ot = TensorType((1024,))
+    cases = [(i.op, i.attrs, i.input_types, i.out_type, False) for i in (conv(), add(4, 16), dense(8, 64, 32))]
+    cases += [("nn.relu", Attrs(), (t,), t, False), ("transpose", Attrs(axes=(0, 2, 3, 1)), (t,),
+                                                         TensorType((1, 8, 8, 16)), False),
+              ("nn.softmax", Attrs(axis=1), (t,), t, False), ("add", Attrs(), (t, t), t, True),
+              ("opaque", Attrs(key=0, type=ot, name="f"), (ot,), ot, True), ("var", Attrs(), (), t, False)]
+    for op, attrs, ins, out, const in cases:
+        assert cm.cost_terms(op, attrs, ins, out, const) @ rule.vector() == pytest.approx(
+            cm.op_cost(op, attrs, ins, out, const), rel=1e-12, abs=1e-15), op
