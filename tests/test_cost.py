@@ -270,6 +270,25 @@ def test_tiny_training_run(tmp_path):
     assert rep.n_test == 0 and rep.median_ape is None
 
 
+def test_learned_model_extrapolates_through_the_roofline():
+    """The trees predict the ratio to a roofline, so kernels 100x larger than
+    any trained on are predicted near their scale, not at the largest leaf;
+    a model saved before the baseline (no ``baseline`` in its metadata) still
+    predicts plain log-seconds."""
+    from relay_eqsat.cost.learned import BASELINE, baseline
+
+    small = [s for s in _synthetic_samples(200) if s[0].op == "add" and s[0].out_type.size <= 8 * 1024]
+    model, _ = LearnedCostModel.train(small, TARGET, "tvm-llvm", rounds=60)
+    assert model.meta["baseline"] == BASELINE
+    truth = AnalyticModel(peak_flops=50e9, bandwidth=10e9, launch_overhead=4e-6)
+    big = add(1024, 4096)
+    want = truth.kernel_cost(big.op, big.attrs, big.input_types, big.out_type)
+    got = model.predict([big])[0]
+    assert want / 2 < got < want * 2  # the largest trained add is ~400x smaller
+    legacy = LearnedCostModel(model.model, {k: v for k, v in model.meta.items() if k != "baseline"})
+    np.testing.assert_allclose(legacy.predict([big]) * baseline([big]), model.predict([big]), rtol=1e-9)
+
+
 def test_training_next_to_tvm_runs_in_a_child(monkeypatch):
     """With TVM loaded (faked here), training runs in a fresh interpreter and
     gives the same model as in-process training."""

@@ -1,7 +1,11 @@
 """Learned operator costs: an XGBoost regressor of log-time over operator features.
 
 Trained on the cache's measurements for one (target, backend), it predicts the
-cost of ops never measured. Training reports its held-out error (median
+cost of ops never measured. The trees predict log(seconds / roofline), the
+ratio of the time to a fixed roofline estimate (``baseline``), so a kernel
+smaller or larger than every measured one keeps the roofline's scale instead
+of the nearest leaf's (models saved before that predict log-seconds, and are
+still read so). Training reports its held-out error (median
 absolute percentage error and R² of log-time on a random 20% split), then
 refits on every row. A model is one XGBoost JSON file whose ``relay_eqsat``
 attribute holds its metadata (target, backend, feature version, report, and
@@ -29,7 +33,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..graph import Attrs, TensorType, TupleType, Type
-from .analytic import op_flops_bytes
+from .analytic import AnalyticModel, op_flops_bytes
 from .cache import CostCache, cache_dir, normalize_target, target_slug
 from .instance import OpInstance
 
@@ -62,6 +66,17 @@ _NUMERIC = (
 )
 FEATURE_NAMES = (*[f"op={o}" for o in OP_VOCAB], "op=<other>",
                  *[f"pattern={p}" for p in PATTERNS], "pattern=<other>", *_NUMERIC)
+
+
+#: what the trees of a model predict the log-ratio to (models without it predict log-seconds)
+BASELINE = "roofline-cpu-v1"
+_BASELINE_MODEL = AnalyticModel()  # fixed constants, never the environment's: a model must not move
+
+
+def baseline(instances: Sequence[OpInstance]) -> np.ndarray:
+    """The fixed roofline estimate (default CPU constants) of each instance, in seconds."""
+    return np.array([_BASELINE_MODEL.kernel_cost(i.op, i.attrs, i.input_types, i.out_type)
+                     for i in instances], dtype=np.float64)
 
 
 def _log2p(x: float) -> float:
@@ -248,8 +263,9 @@ def _ensemble_predict(model_json: str, X: np.ndarray) -> np.ndarray:
 
 
 def _train_core(X: np.ndarray, y: np.ndarray, holdout: float, seed: int, rounds: int,
-                params: dict) -> tuple[str, dict]:
-    """Fit (and evaluate on a held-out split); returns (XGBoost JSON model, report fields)."""
+                params: dict, offset: np.ndarray | None = None) -> tuple[str, dict]:
+    """Fit (and evaluate on a held-out split); returns (XGBoost JSON model, report fields).
+    ``y + offset`` is log-seconds (``offset``: the log baseline), for the R² of log-time."""
     import xgboost as xgb
 
     def fit(Xs, ys) -> str:
@@ -265,7 +281,8 @@ def _train_core(X: np.ndarray, y: np.ndarray, holdout: float, seed: int, rounds:
         pred = _ensemble_predict(fit(X[train], y[train]), X[test])
         ape = np.abs(np.exp(pred - y[test]) - 1.0)
         ss_res = float(np.sum((pred - y[test]) ** 2))
-        ss_tot = float(np.sum((y[test] - y[test].mean()) ** 2))
+        logt = y[test] + (offset[test] if offset is not None else 0.0)
+        ss_tot = float(np.sum((logt - logt.mean()) ** 2))
         r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 0.0
         report.update(n_train=len(train), n_test=n_test, median_ape=float(np.median(ape)),
                       mean_ape=float(np.mean(ape)), r2_log=r2)
@@ -278,13 +295,14 @@ import numpy as np
 from relay_eqsat.cost.learned import _train_core
 data = np.load(sys.argv[1])
 args = json.load(open(sys.argv[2]))
-model, report = _train_core(data["X"], data["y"], args["holdout"], args["seed"], args["rounds"], args["params"])
+model, report = _train_core(data["X"], data["y"], args["holdout"], args["seed"], args["rounds"], args["params"],
+                            data["offset"])
 json.dump({"model": model, "report": report}, open(sys.argv[3], "w"))
 """
 
 
 def _train_isolated(X: np.ndarray, y: np.ndarray, holdout: float, seed: int, rounds: int,
-                    params: dict) -> tuple[str, dict]:
+                    params: dict, offset: np.ndarray) -> tuple[str, dict]:
     """``_train_core`` here, or in a fresh interpreter when TVM is loaded
     (XGBoost's native library and TVM's runtime do not share a process here,
     see TreeEnsemble): the arrays go through a temporary .npz file, the child
@@ -294,13 +312,13 @@ def _train_isolated(X: np.ndarray, y: np.ndarray, holdout: float, seed: int, rou
     import tempfile
 
     if "tvm" not in sys.modules:
-        return _train_core(X, y, holdout, seed, rounds, params)
+        return _train_core(X, y, holdout, seed, rounds, params, offset)
     package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [package_root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     with tempfile.TemporaryDirectory(prefix="relay-eqsat-train-") as tmp:
         data, args, out = (os.path.join(tmp, n) for n in ("data.npz", "args.json", "out.json"))
-        np.savez(data, X=X, y=y)
+        np.savez(data, X=X, y=y, offset=offset)
         with open(args, "w") as f:
             json.dump({"holdout": holdout, "seed": seed, "rounds": rounds, "params": params}, f)
         proc = subprocess.run([sys.executable, "-c", _TRAIN_CHILD, data, args, out], env=env,
@@ -353,10 +371,13 @@ class LearnedCostModel:
         secs = np.array([s[1] for s in samples], dtype=np.float64)
         if not np.all(secs > 0):
             raise ValueError("measured seconds must be positive")
-        model_json, rep = _train_isolated(X, np.log(secs), holdout, seed, rounds, p)
+        # the trees learn log(measured / roofline): the roofline carries the scale, so
+        # kernels smaller or larger than any measured one keep a sensible size
+        log_base = np.log(baseline([s[0] for s in samples]))
+        model_json, rep = _train_isolated(X, np.log(secs) - log_base, holdout, seed, rounds, p, log_base)
         report = TrainReport(**rep)
         meta = dict(target=normalize_target(target), backend=backend, feature_version=FEATURE_VERSION,
-                    n_features=len(FEATURE_NAMES), rounds=rounds, report=rep)
+                    n_features=len(FEATURE_NAMES), rounds=rounds, report=rep, baseline=BASELINE)
         return cls(json.loads(model_json), meta), report
 
     @classmethod
@@ -372,11 +393,11 @@ class LearnedCostModel:
         """Predicted seconds per instance."""
         if not instances:
             return np.zeros(0)
-        return np.exp(self.ensemble.predict(feature_matrix(instances)))
+        t = np.exp(self.ensemble.predict(feature_matrix(instances)))
+        return t * baseline(instances) if self.meta.get("baseline") == BASELINE else t
 
     def predict_one(self, op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type) -> float:
-        x = features(op, attrs, input_types, out_type)[None, :]
-        return float(np.exp(self.ensemble.predict(x)[0]))
+        return float(self.predict([OpInstance(op, attrs, tuple(input_types), out_type)])[0])
 
     # -- files ------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
