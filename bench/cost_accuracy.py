@@ -82,7 +82,7 @@ def same_program(a, b) -> bool:
 
 def model_pairs(name: str, small: bool, costs: dict, args) -> list[dict]:
     """Measured and predicted (original, rewritten-by-one-rule) pairs of one model."""
-    from relay_eqsat.passes.target import time_rounds
+    from relay_eqsat.passes.target import paired_ratio, time_rounds
     from relay_eqsat.rules import load_rules
 
     _, _, graph = common.load_model(name, small)
@@ -110,10 +110,8 @@ def model_pairs(name: str, small: bool, costs: dict, args) -> list[dict]:
         except Exception as e:  # noqa: BLE001
             pairs.append({"model": name, "rule": rule.name, "error": f"{type(e).__name__}: {e}"})
             continue
-        ratios = [b / a for a, b in zip(s0, s1)]
-        ratio = statistics.median(ratios)
-        faster = sum(r < 1 for r in ratios)
-        agree = max(faster, len(ratios) - faster) / len(ratios)
+        ratio, faster = paired_ratio(s0, s1)
+        agree = max(faster, len(s0) - faster) / len(s0)
         t0, t1 = statistics.median(s0), statistics.median(s1)
         pair = {"model": name, "small": small, "rule": rule.name, "applications": fired,
                 "measured": [t0, t1], "output_error": err, "ratio": ratio, "rounds_agreeing": agree,

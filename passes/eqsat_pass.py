@@ -34,7 +34,7 @@ from relay_eqsat.graph import TensorGraph, TensorType
 from relay_eqsat.optimize import OptimizeOptions, optimize_graph
 
 from .relay import UnsupportedProgram, from_relay, main_function, to_relay
-from .target import build_and_run, host_target, output_error, random_inputs, time_rounds
+from .target import build_and_run, host_target, output_error, paired_ratio, random_inputs, time_rounds
 
 log = logging.getLogger(__name__)
 
@@ -247,9 +247,9 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
     if time_repeat > 0:
         t_before, t_after = time_rounds([m_before, m_after], repeat=time_repeat,
                                         min_repeat_ms=RUNTIME_MIN_REPEAT_MS)
+        ratio, wins = paired_ratio(t_before, t_after)
         out.update(runtime_before=statistics.median(t_before), runtime_after=statistics.median(t_after),
-                   ratio=statistics.median(a / b for a, b in zip(t_after, t_before)),
-                   wins=sum(a < b for a, b in zip(t_after, t_before)))
+                   ratio=ratio, wins=wins)
     return out
 
 

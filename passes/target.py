@@ -162,6 +162,13 @@ def time_rounds(modules: Sequence[graph_executor.GraphModule], number: int = 0, 
     return samples
 
 
+def paired_ratio(before: Sequence[float], after: Sequence[float]) -> tuple[float, int]:
+    """(median of the per-round ratios after / before, rounds in which ``after`` was faster)
+    of two modules' :func:`time_rounds` samples."""
+    ratio = float(statistics.median(a / b for a, b in zip(after, before)))
+    return ratio, sum(a < b for a, b in zip(after, before))
+
+
 def time_interleaved(modules: Sequence[graph_executor.GraphModule], number: int = 0, repeat: int = 10,
                      min_repeat_ms: int = 0) -> list[float]:
     """Median seconds per run of each module, timed by :func:`time_rounds`."""

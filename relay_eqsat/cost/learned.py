@@ -66,6 +66,8 @@ _NUMERIC = (
 )
 FEATURE_NAMES = (*[f"op={o}" for o in OP_VOCAB], "op=<other>",
                  *[f"pattern={p}" for p in PATTERNS], "pattern=<other>", *_NUMERIC)
+_LOG_FLOPS = FEATURE_NAMES.index("log_flops")
+_LOG_BYTES = FEATURE_NAMES.index("log_bytes")
 
 
 #: what the trees of a model predict the log-ratio to (models without it predict log-seconds)
@@ -75,8 +77,15 @@ _BASELINE_MODEL = AnalyticModel()  # fixed constants, never the environment's: a
 
 def baseline(instances: Sequence[OpInstance]) -> np.ndarray:
     """The fixed roofline estimate (default CPU constants) of each instance, in seconds."""
-    return np.array([_BASELINE_MODEL.kernel_cost(i.op, i.attrs, i.input_types, i.out_type)
-                     for i in instances], dtype=np.float64)
+    return _baseline_of(feature_matrix(instances))
+
+
+def _baseline_of(X: np.ndarray) -> np.ndarray:
+    """``baseline`` from feature rows: their FLOPs and bytes, not computed again."""
+    flops = np.exp2(X[:, _LOG_FLOPS].astype(np.float64)) - 1.0
+    nbytes = np.exp2(X[:, _LOG_BYTES].astype(np.float64)) - 1.0
+    m = _BASELINE_MODEL
+    return np.maximum(flops / m.peak_flops, nbytes / m.bandwidth) + m.launch_overhead
 
 
 def _log2p(x: float) -> float:
@@ -373,7 +382,7 @@ class LearnedCostModel:
             raise ValueError("measured seconds must be positive")
         # the trees learn log(measured / roofline): the roofline carries the scale, so
         # kernels smaller or larger than any measured one keep a sensible size
-        log_base = np.log(baseline([s[0] for s in samples]))
+        log_base = np.log(_baseline_of(X))
         model_json, rep = _train_isolated(X, np.log(secs) - log_base, holdout, seed, rounds, p, log_base)
         report = TrainReport(**rep)
         meta = dict(target=normalize_target(target), backend=backend, feature_version=FEATURE_VERSION,
@@ -393,8 +402,9 @@ class LearnedCostModel:
         """Predicted seconds per instance."""
         if not instances:
             return np.zeros(0)
-        t = np.exp(self.ensemble.predict(feature_matrix(instances)))
-        return t * baseline(instances) if self.meta.get("baseline") == BASELINE else t
+        X = feature_matrix(instances)
+        t = np.exp(self.ensemble.predict(X))
+        return t * _baseline_of(X) if self.meta.get("baseline") == BASELINE else t
 
     def predict_one(self, op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type) -> float:
         return float(self.predict([OpInstance(op, attrs, tuple(input_types), out_type)])[0])
