@@ -18,35 +18,36 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+import textwrap
+import traceback
+from typing import Any, Callable
 
-# optimize's options that map 1:1 onto EqSatPass options: (flag, option, type, help)
-_PASS_FLAGS = [
-    ("--search", "search", str, "scheduler: tensat | mcts | none"),
-    ("--budget", "budget", int, "MCTS iterations per applied rule"),
-    ("--node-limit", "node_limit", int, "e-graph size limit in e-nodes"),
-    ("--iter-limit", "iter_limit", int, "TENSAT iterations"),
-    ("--k-multi", "k_multi", int, "iterations in which multi-pattern rules run (TENSAT)"),
-    ("--extractor", "extractor", str, "extractor scoring MCTS rollouts"),
-    ("--final-extractor", "final_extractor", str, "extractor for the result (greedy, greedy-ocf, ilp-topo, "
-                                                  "ilp-acyc, maxsat)"),
-    ("--cost", "cost", str, "cost model: auto | measured | learned | analytic"),
-    ("--time-limit", "time_limit", float, "seconds for the search"),
-    ("--extract-time-limit", "extract_time_limit", float, "seconds for the final extraction"),
-    ("--seed", "seed", int, "MCTS randomness"),
-    ("--rules", "rules", str, "rule set name or a .rules file path"),
-]
+from relay_eqsat.options import OPTIONS, argparse_kwargs, flag_name
+
+#: EqSatPass options offered as ``relay-eqsat optimize`` flags (``--node-limit`` for ``node_limit``...);
+#: ``target`` has its own flag (it is also the build target) and ``verify`` is what the command always does
+PASS_FLAG_OPTIONS = [name for name in OPTIONS if name not in ("target", "verify")]
+
+EXIT_OK, EXIT_MISMATCH, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
+EXIT_CODES = """exit status:
+  0  done (the optimized program, or the input kept, computes the original's outputs)
+  1  the optimized program's outputs differ from the original's (nothing is written)
+  2  bad input: usage, an option's value, a model file that cannot be read, --input-shapes
+  3  internal error (one line; run with -v for the traceback)"""
 
 
 def add_optimize_command(subparsers) -> None:
     """``relay-eqsat optimize MODEL``: optimize, build, check, measure, print before/after."""
     p = subparsers.add_parser(
         "optimize", help="optimize a zoo model or model file; print measured before/after",
-        description="Optimize MODEL (zoo:NAME or a file tvmc can load, e.g. model.onnx) with EqSatPass, "
-                    "build the original and the optimized program with TVM at opt_level 3 for the same target, "
-                    "check their outputs agree on random inputs (exit status 1 if not) and print predicted "
-                    "cost, measured runtime (median of --repeat timings), speedup, optimization time, stop "
-                    "reason and rules fired.")
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_CODES,
+        description=textwrap.fill(
+            "Optimize MODEL (zoo:NAME or a file tvmc can load, e.g. model.onnx) with EqSatPass, "
+            "build the original and the optimized program with TVM at opt_level 3 for the same target, "
+            "check their outputs agree on random inputs (exit status 1 if not) and print predicted "
+            "cost, measured runtime (median of --repeat timings), speedup, optimization time, stop "
+            "reason and rules fired.", 79))
     p.add_argument("model", metavar="MODEL", help="zoo:NAME (e.g. zoo:squeezenet) or a model file")
     p.add_argument("--small", action="store_true", help="the zoo model's small configuration")
     p.add_argument("--batch", type=int, default=1, help="zoo model batch size")
@@ -54,11 +55,8 @@ def add_optimize_command(subparsers) -> None:
                    help='model file input shapes, tvmc syntax: "name:[1,3,224,224] other:[1,10]"')
     p.add_argument("--target", default=None,
                    help="TVM target for building, measuring and the costs (default: the host CPU)")
-    for flag, dest, typ, text in _PASS_FLAGS:
-        p.add_argument(flag, dest=dest, type=typ, default=None, help=f"{text} (default: EqSatPass's)")
-    p.add_argument("--check-runtime", dest="check_runtime", action="store_true", default=None,
-                   help="let the pass build and time both programs and keep its result only if measured "
-                        "faster (EqSatPass check_runtime)")
+    for name in PASS_FLAG_OPTIONS:
+        p.add_argument(flag_name(name), dest=name, **argparse_kwargs(name))
     p.add_argument("--repeat", type=int, default=7,
                    help="timings per program, alternating between the two (median reported)")
     p.add_argument("--number", type=int, default=5, help="runs averaged per timing")
@@ -70,7 +68,8 @@ def add_optimize_command(subparsers) -> None:
                    help="write the optimized module: tvm.ir.save_json if PATH ends in .json, else Relay text "
                         "(with metadata, readable by tvm.relay.parse; without the report attribute)")
     p.add_argument("--plot", metavar="PATH.png", default=None, help="bar chart of cost and runtime")
-    p.add_argument("-v", "--verbose", action="store_true", help="log the optimizer's progress")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="log the optimizer's progress; print the traceback of an internal error")
     p.set_defaults(func=run_optimize)
 
 
@@ -88,7 +87,23 @@ def add_tvmc_command(subparsers) -> None:
 def run_tvmc(args) -> int:
     from .tvmc import tvmc_main
 
-    return tvmc_main(args.args)
+    verbose = any(a == "--verbose" or (a.startswith("-v") and set(a[1:]) == {"v"}) for a in args.args)
+    return guarded("tvmc", verbose, tvmc_main, args.args)
+
+
+def guarded(command: str, verbose: bool, handler: Callable[..., int], *args: Any) -> int:
+    """``handler(*args)``; an unexpected exception becomes one line on stderr
+    and :data:`EXIT_INTERNAL` (with ``verbose``, the traceback first)."""
+    try:
+        return handler(*args)
+    except Exception as e:  # noqa: BLE001 - the command's last resort
+        if verbose:
+            traceback.print_exc()
+        text = str(e).strip()
+        print(f"relay-eqsat {command}: internal error: {type(e).__name__}"
+              + (f": {text.splitlines()[-1]}" if text else "")
+              + ("" if verbose else " (run with -v for the traceback)"), file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 # -- optimize -------------------------------------------------------------------------
@@ -99,12 +114,9 @@ def load_model(spec: str, small: bool = False, batch: int = 1, input_shapes: str
         from . import zoo
 
         return zoo.get(spec[4:], small=small, batch=batch)
-    from tvm.driver.tvmc import frontends
-    from tvm.driver.tvmc.shape_parser import parse_shape_string
+    from .model_file import load_model_file
 
-    shapes = parse_shape_string(input_shapes) if input_shapes else None
-    model = frontends.load_model(spec, shape_dict=shapes)
-    return model.mod, model.params
+    return load_model_file(spec, input_shapes)
 
 
 def _input_types(mod) -> dict[str, tuple[list[int], str]]:
@@ -212,6 +224,10 @@ def _jsonable(value: Any) -> Any:
 
 
 def run_optimize(args) -> int:
+    return guarded("optimize", args.verbose, _run_optimize, args)
+
+
+def _run_optimize(args) -> int:
     import logging
     import warnings
 
@@ -225,21 +241,16 @@ def run_optimize(args) -> int:
     if args.verbose:
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     target = args.target or host_target()
-    try:
-        mod, params = load_model(args.model, args.small, args.batch, args.input_shapes)
-    except (ValueError, OSError) as e:
-        print(f"relay-eqsat optimize: {e}", file=sys.stderr)
-        return 2
-    mod = relay.transform.InferType()(mod)
-    original = bind_params(mod, params) if params else mod
-    options = {dest: getattr(args, dest) for dest in [d for _, d, _, _ in _PASS_FLAGS] + ["check_runtime"]
-               if getattr(args, dest) is not None}
+    options = {name: getattr(args, name) for name in PASS_FLAG_OPTIONS if getattr(args, name) is not None}
     options["target"] = target
     try:
-        eqsat = EqSatPass(**options)
-    except ValueError as e:
+        eqsat = EqSatPass(**options)  # every option checked (the target too) before the model loads
+        mod, params = load_model(args.model, args.small, args.batch, args.input_shapes)
+    except (ValueError, OSError) as e:  # ModelFileError and ShapesError are ValueErrors
         print(f"relay-eqsat optimize: {e}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    mod = relay.transform.InferType()(mod)
+    original = bind_params(mod, params) if params else mod
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with tvm.transform.PassContext(opt_level=3):
@@ -250,10 +261,10 @@ def run_optimize(args) -> int:
     report = eqsat.last_report
     if report is None:
         print("relay-eqsat optimize: the pass did not run (see the warning above)", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     result = {"model": args.model + (" (small)" if args.small else ""), "target": target, "rtol": args.rtol,
               "options": {k: v for k, v in (eqsat.last_options or {}).items()}, "report": report}
-    status = 0
+    status = EXIT_OK
     if not args.no_measure:
         inputs = random_inputs(_input_types(original), seed=0)
         m_orig, ref, b_orig = build_and_run(original, inputs, target)
@@ -271,8 +282,13 @@ def run_optimize(args) -> int:
                               "output_scale": scale,
                               "equal": err <= args.rtol, "repeat": args.repeat, "number": args.number}
         if not err <= args.rtol:
-            status = 1
+            status = EXIT_MISMATCH
     print(format_table(result))
+    if status == EXIT_MISMATCH:
+        # a wrong program is neither saved nor reported as a result
+        print("relay-eqsat optimize: the optimized program's outputs differ from the original's; "
+              "nothing written", file=sys.stderr)
+        return status
     if args.output:
         with open(args.output, "w") as f:
             json.dump(_jsonable(result), f, indent=1)
@@ -288,7 +304,4 @@ def run_optimize(args) -> int:
     if args.plot:
         plot_result(result, args.plot)
         print(f"plot:              {args.plot}")
-    if status:
-        print("relay-eqsat optimize: the optimized program's outputs differ from the original's",
-              file=sys.stderr)
     return status

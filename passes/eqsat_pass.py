@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import statistics
 import time
 import warnings
@@ -31,21 +32,20 @@ import tvm
 from tvm import relay
 
 from relay_eqsat.graph import TensorGraph, TensorType
-from relay_eqsat.optimize import OptimizeOptions, optimize_graph
+from relay_eqsat.optimize import OptimizeOptions, optimize_graph, resolve_cost, resolve_rules
+from relay_eqsat.options import DEFAULTS, OPTIONS, set_hook, validate
 
 from .relay import UnsupportedProgram, from_relay, main_function, to_relay
-from .target import build_and_run, host_target, output_error, paired_ratio, random_inputs, time_rounds
+from .target import build_and_run, host_target, output_error, paired_ratio, random_inputs, runs_here, time_rounds
+from .verdicts import Verdicts
 
 log = logging.getLogger(__name__)
 
 CONFIG_PREFIX = "relay.eqsat."
 
-#: option -> default value: the optimizer's options (relay_eqsat.optimize.OptimizeOptions) plus ``verify``.
-DEFAULT_OPTIONS: dict[str, Any] = {
-    **{f.name: f.default for f in dataclasses.fields(OptimizeOptions)},
-    "verify": False,             # compare TVM outputs before/after on random inputs
-    "check_runtime": False,      # build and time both; keep the result only if measured faster
-}
+#: option -> default value: every option of the pass, from the schema (relay_eqsat.options:
+#: the optimizer's options, verify, check_runtime, calibrate, the time limits, min_gain).
+DEFAULT_OPTIONS: dict[str, Any] = dict(DEFAULTS)
 
 #: with ``check_runtime``, the optimized program is kept only if its median
 #: per-round time ratio (after / before) is at most 1 - RUNTIME_MARGIN and it
@@ -59,14 +59,13 @@ RUNTIME_MARGIN = 0.02
 RUNTIME_REPEAT = 9
 RUNTIME_MIN_WINS = 8
 RUNTIME_MIN_REPEAT_MS = 50
-
-#: option -> type its values are coerced to; ``object``: a name (str) or, from
-#: Python, an instance (a CostModel, a list of rules...).
-_OPTION_TYPES = {"search": str, "extractor": str, "final_extractor": str, "cost": object,
-                 "target": str, "node_limit": int, "iter_limit": int, "budget": int, "max_sim_steps": int,
-                 "k_multi": int, "seed": int, "time_limit": float, "extract_time_limit": float,
-                 "verify": bool, "check_runtime": bool, "rules": object, "cycle_filter": str}
-
+#: a program too slow for RUNTIME_REPEAT rounds within ``check_time_limit`` is timed in fewer,
+#: never fewer than this (then it must win every round: the sign test at the same level)
+RUNTIME_MIN_ROUNDS = 6
+#: the chance, for two programs equally fast, of winning the rounds a result needs (sign test)
+RUNTIME_ALPHA = 0.02
+#: the check's settings, part of a remembered verdict's key
+RUNTIME_SETTINGS = f"{RUNTIME_MARGIN}/{RUNTIME_REPEAT}/{RUNTIME_MIN_WINS}/{RUNTIME_MIN_ROUNDS}/{RUNTIME_ALPHA}"
 
 #: function attribute of an optimized ``main`` holding the report's summary (JSON)
 REPORT_ATTR = "relay_eqsat.report"
@@ -130,9 +129,9 @@ def _install_config_hook() -> None:
 
     def list_configs():
         configs = dict(original_list())
-        for name in DEFAULT_OPTIONS:
-            typ = _OPTION_TYPES.get(name)
-            configs[CONFIG_PREFIX + name] = {"type": "IntImm" if typ in (int, bool) else "runtime.String"}
+        for name, option in OPTIONS.items():
+            typ = "IntImm" if option.type in (int, bool) else "runtime.String"
+            configs[CONFIG_PREFIX + name] = {"type": typ}
         return configs
 
     list_configs.__doc__ = original_list.__doc__
@@ -149,53 +148,37 @@ def eqsat_config(ctx=None) -> dict[str, Any]:
     return dict(_CONFIG.get(_ctx_key(ctx), {}))
 
 
-def _coerce(name: str, value: Any) -> Any:
-    """``value`` as the option's type (strings from configs and tvmc parsed);
-    ValueError for unknown options and values that do not fit."""
-    if name not in DEFAULT_OPTIONS:
-        raise ValueError(f"unknown EqSatPass option {name!r}; known: {sorted(DEFAULT_OPTIONS)}")
-    typ = _OPTION_TYPES[name]
+def _plain(value: Any) -> Any:
+    """A PassContext config value as a Python one (IntImm/FloatImm -> number, String -> str)."""
     if isinstance(value, tvm.runtime.String):
-        value = str(value)
-    elif isinstance(value, (tvm.tir.IntImm, tvm.tir.FloatImm)):
-        value = value.value
-    if value is None:
-        if DEFAULT_OPTIONS[name] is None:
-            return None
-        raise ValueError(f"option {name} cannot be None")
-    if typ is object:
-        return value
-    if typ is str:
-        if not isinstance(value, str):
-            raise ValueError(f"option {name}: expected a string, got {value!r}")
-        return value
-    if typ is bool:
-        if isinstance(value, str):
-            if value.lower() in ("1", "true", "yes", "on"):
-                return True
-            if value.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(f"option {name}: {value!r} is not a boolean")
-        if value not in (0, 1):
-            raise ValueError(f"option {name}: {value!r} is not a boolean")
-        return bool(value)
-    if isinstance(value, bool):
-        raise ValueError(f"option {name}: expected {typ.__name__}, got a bool")
-    if typ is int and isinstance(value, float) and not value.is_integer():
-        raise ValueError(f"option {name}: {value!r} is not an integer")
+        return str(value)
+    if isinstance(value, (tvm.tir.IntImm, tvm.tir.FloatImm)):
+        return value.value
+    return value
+
+
+def _check_target(target: str) -> str:
+    """The schema's hook for ``target``: the string, if TVM can make a Target of it."""
     try:
-        return typ(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"option {name}: {value!r} is not {typ.__name__}") from None
+        tvm.target.Target(target)
+    except Exception as e:  # noqa: BLE001 - TVM raises ValueError or TVMError
+        text = str(e).strip()
+        raise ValueError(f"{target!r} is not a TVM target ({text.splitlines()[-1] if text else type(e).__name__})"
+                         ) from None
+    return target
+
+
+set_hook("target", _check_target)
 
 
 def resolve_options(explicit: Mapping[str, Any], ctx=None) -> dict[str, Any]:
-    """Constructor options over PassContext config over defaults."""
+    """Constructor options over PassContext config over defaults, each
+    validated through the schema (:mod:`relay_eqsat.options`); ValueError
+    naming a bad option or value."""
     opts = dict(DEFAULT_OPTIONS)
-    for name, value in eqsat_config(ctx).items():
-        opts[name] = _coerce(name, value)
-    for name, value in explicit.items():
-        opts[name] = _coerce(name, value)
+    config = {name: _plain(value) for name, value in eqsat_config(ctx).items()}
+    opts.update(validate(config, what="PassContext option relay.eqsat"))
+    opts.update(validate(explicit, what="EqSatPass option"))
     return opts
 
 
@@ -203,12 +186,75 @@ def resolve_options(explicit: Mapping[str, Any], ctx=None) -> dict[str, Any]:
 
 def optimize(graph: TensorGraph, options: Mapping[str, Any]) -> tuple[TensorGraph, dict]:
     """The optimizer between frontend and backend: TensorGraph -> cheaper
-    equivalent TensorGraph (or the input itself), plus the report as a dict."""
-    opts = {k: v for k, v in options.items() if k not in ("verify", "check_runtime")}
+    equivalent TensorGraph (or the input itself), plus the report as a dict.
+    ``options`` are the pass's options after :func:`judge` (``calibrate`` and
+    ``min_gain`` resolved, ``cost`` a CostModel)."""
+    opts = {k: v for k, v in options.items() if k in _OPTIMIZER_OPTIONS}
     if opts.get("target") is None:
         opts["target"] = host_target()
-    new_graph, report = optimize_graph(graph, opts)
+    new_graph, report = optimize_graph(graph, opts, min_gain=float(options.get("min_gain") or 0.0),
+                                       calibrate=bool(options.get("calibrate")),
+                                       calibrate_time_limit=float(options["calibrate_time_limit"]))
     return new_graph, report.to_dict()
+
+
+_OPTIMIZER_OPTIONS = frozenset(f.name for f in dataclasses.fields(OptimizeOptions))
+
+
+def _switch(value: Any) -> str:
+    """An auto/on/off option's value ("auto", "on" or "off"; booleans as on/off)."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+@dataclasses.dataclass
+class Judgement:
+    """How the pass decides whether to keep its result, for one run.
+
+    check_runtime  build and time both programs here (the target runs on this machine)
+    calibrate      measure the compared programs' kernels here first (no cost data for this CPU)
+    min_gain       predicted gain required (0 when the runtime check decides; else the cost
+                   model's calibrated error for the target, or the user's ``min_gain``)
+    notes          why, in words (in the report as ``judged_by``)
+    """
+
+    check_runtime: bool
+    calibrate: bool
+    min_gain: float
+    fallback_gain: float
+    notes: str
+
+
+def judge(opts: Mapping[str, Any], cost_model) -> Judgement:
+    """Resolve ``check_runtime``, ``calibrate`` and ``min_gain`` (auto: from whether the target runs
+    on this machine and what the cost model rests on)."""
+    target = opts.get("target") or host_target()
+    here = runs_here(target)
+    check = {"on": True, "off": False, "auto": here}[_switch(opts["check_runtime"])]
+    notes = []
+    if check and not here:
+        warnings.warn(f"EqSatPass: check_runtime needs a target that runs on this machine, not {target!r} "
+                      "(cross-compiling); a predicted gain beyond the cost model's error decides instead",
+                      stacklevel=4)
+        check = False
+    kind = getattr(cost_model, "kind", None)
+    measurable = here and kind in ("auto", "measured")
+    calibrate = {"on": measurable, "off": False,
+                 "auto": measurable and not cost_model.has_host_data}[_switch(opts["calibrate"])]
+    error = cost_model.calibrated_error() if callable(getattr(cost_model, "calibrated_error", None)) else 0.5
+    fallback = float(opts["min_gain"]) if opts.get("min_gain") is not None else error
+    if calibrate:
+        notes.append("kernels measured on this machine")
+    if check:
+        notes.append("runtime measured on this machine")
+        gain = float(opts["min_gain"]) if opts.get("min_gain") is not None else 0.0
+    else:
+        gain = fallback
+        notes.append(f"predicted gain over {gain:.0%} required"
+                     + (" (the cost model's calibrated error for this target)" if opts.get("min_gain") is None
+                        else "") + ("; cross-compiling" if not here else "; runtime not measured"))
+    return Judgement(check, calibrate, gain, fallback, "; ".join(notes))
 
 
 # -- the pass -------------------------------------------------------------------------
@@ -226,15 +272,33 @@ def _check_inputs(mod: tvm.IRModule, seed: int) -> dict[str, np.ndarray]:
     return random_inputs(types, seed)
 
 
+def wins_needed(rounds: int, alpha: float = RUNTIME_ALPHA) -> int:
+    """The fewest wins out of ``rounds`` that two equally fast programs reach with
+    probability at most ``alpha`` (one-sided sign test); ``rounds + 1`` if none does."""
+    tail = 0.0
+    for w in range(rounds, -1, -1):
+        tail += math.comb(rounds, w) / 2 ** rounds
+        if tail > alpha:
+            return w + 1
+    return 0
+
+
+def _one_run_seconds(m) -> float:
+    return float(m.module.time_evaluator("run", tvm.cpu(0), number=1, repeat=1)().results[0])
+
+
 def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rtol: float = 1e-4,
-                    target: str | None = None, time_repeat: int = 0) -> dict[str, float]:
+                    target: str | None = None, time_repeat: int = 0,
+                    time_limit: float | None = None) -> dict[str, Any]:
     """Build both modules for ``target`` (default: the host), run them on the
     same random inputs and raise :class:`EqSatVerificationError` if an output
     differs by more than ``rtol * max(1, max|output|)``. With ``time_repeat``,
-    also time both in ``time_repeat`` interleaved rounds. Returns
-    ``max_error`` and, when timed, ``runtime_before`` and ``runtime_after``
-    (medians, seconds), ``ratio`` (the median of the per-round ratios after /
-    before) and ``wins`` (rounds in which ``after`` was faster)."""
+    also time both in up to ``time_repeat`` interleaved rounds, as many as fit in
+    ``time_limit`` seconds but at least :data:`RUNTIME_MIN_ROUNDS` (when not even
+    those fit, nothing is timed and ``untimed`` says why). Returns ``max_error``
+    and, when timed, ``runtime_before`` and ``runtime_after`` (medians,
+    seconds), ``ratio`` (the median of the per-round ratios after / before),
+    ``wins`` (rounds in which ``after`` was faster) and ``rounds``."""
     inputs = _check_inputs(before, seed)
     m_before, ref, _ = build_and_run(before, inputs, target)
     m_after, got, _ = build_and_run(after, inputs, target)
@@ -243,13 +307,22 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
         raise EqSatVerificationError(why)
     if not err <= rtol:
         raise EqSatVerificationError(f"max error {err:.3g} (relative) > {rtol:g}")
-    out = {"max_error": err}
+    out: dict[str, Any] = {"max_error": err}
     if time_repeat > 0:
-        t_before, t_after = time_rounds([m_before, m_after], repeat=time_repeat,
+        rounds = time_repeat
+        if time_limit is not None:
+            floor = RUNTIME_MIN_REPEAT_MS / 1e3
+            per_round = max(floor, _one_run_seconds(m_before)) + max(floor, _one_run_seconds(m_after))
+            rounds = min(time_repeat, int(time_limit // per_round))
+            if rounds < min(RUNTIME_MIN_ROUNDS, time_repeat):
+                out["untimed"] = (f"one timing round takes {per_round:.2f} s: {RUNTIME_MIN_ROUNDS} rounds do not "
+                                  f"fit in check_time_limit={time_limit:g} s")
+                return out
+        t_before, t_after = time_rounds([m_before, m_after], repeat=rounds,
                                         min_repeat_ms=RUNTIME_MIN_REPEAT_MS)
         ratio, wins = paired_ratio(t_before, t_after)
         out.update(runtime_before=statistics.median(t_before), runtime_after=statistics.median(t_after),
-                   ratio=ratio, wins=wins)
+                   ratio=ratio, wins=wins, rounds=len(t_before))
     return out
 
 
@@ -259,34 +332,25 @@ def verify_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0,
     return compare_modules(before, after, seed, rtol, target)["max_error"]
 
 
-def _is_cpu_target(target: str | None) -> bool:
-    """Whether programs for ``target`` run here (None: the host; else an LLVM target)."""
-    if target is None:
-        return True
-    try:
-        return tvm.target.Target(target).kind.name == "llvm"
-    except Exception:  # noqa: BLE001 - a bad target string: not runnable
-        return False
-
-
 def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, Any],
-                  report: dict) -> bool:
-    """``verify`` and ``check_runtime``: whether to keep ``after``; notes what
+                  report: dict, judgement: Judgement) -> bool:
+    """``verify`` and the runtime check: whether to keep ``after``; notes what
     it found in ``report``. A numerical mismatch raises with ``verify``, else
     (or when ``after`` fails to build) rejects it with a warning; with
-    ``check_runtime``, ``after`` is kept only if measured faster: a median
+    ``judgement.check_runtime``, ``after`` is kept only if measured faster: a median
     per-round speedup of at least :data:`RUNTIME_MARGIN`, and faster in at
-    least :data:`RUNTIME_MIN_WINS` of :data:`RUNTIME_REPEAT` rounds."""
-    timed = bool(opts.get("check_runtime"))
+    least :data:`RUNTIME_MIN_WINS` of :data:`RUNTIME_REPEAT` rounds (in fewer
+    rounds, when a round is too slow for ``check_time_limit``, in
+    :func:`wins_needed` of them; when not even :data:`RUNTIME_MIN_ROUNDS` fit,
+    the predicted gain must exceed ``judgement.fallback_gain``). Outputs are
+    compared on the host when the target does not run here."""
+    timed = judgement.check_runtime
     target = opts.get("target")
-    if timed and not _is_cpu_target(target):
-        warnings.warn(f"EqSatPass: check_runtime needs a CPU (llvm) target, not {target!r}; "
-                      "runtime not checked", stacklevel=3)
-        timed = False
-    target = target if _is_cpu_target(target) else None  # outputs are compared on the host
+    target = target if runs_here(target) else None
     try:
         res = compare_modules(before, after, seed=opts["seed"], target=target,
-                              time_repeat=RUNTIME_REPEAT if timed else 0)
+                              time_repeat=RUNTIME_REPEAT if timed else 0,
+                              time_limit=float(opts["check_time_limit"]))
     except EqSatVerificationError as e:
         if opts.get("verify"):
             raise
@@ -305,13 +369,22 @@ def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, 
     report["verify_error"] = res["max_error"]
     if not timed:
         return True
-    before_s, after_s, ratio, wins = res["runtime_before"], res["runtime_after"], res["ratio"], res["wins"]
+    if "untimed" in res:
+        predicted = report.get("predicted_speedup", 1.0)
+        report["runtime_untimed"] = res["untimed"]
+        if predicted >= 1 + judgement.fallback_gain:
+            return True
+        report.update(changed=False, reason=(f"{res['untimed']}, and the predicted {predicted:.3f}x is within the "
+                                             f"cost model's error ({judgement.fallback_gain:.0%}); input kept"))
+        return False
+    before_s, after_s, ratio, wins, rounds = (res["runtime_before"], res["runtime_after"], res["ratio"],
+                                              res["wins"], res["rounds"])
     report.update(runtime_before=before_s, runtime_after=after_s, measured_speedup=1.0 / ratio,
-                  runtime_wins=f"{wins}/{RUNTIME_REPEAT}")
-    if ratio <= 1 - RUNTIME_MARGIN and wins >= RUNTIME_MIN_WINS:
+                  runtime_wins=f"{wins}/{rounds}")
+    if ratio <= 1 - RUNTIME_MARGIN and wins >= wins_needed(rounds):
         return True
     report.update(changed=False, reason=(f"measured no faster ({before_s * 1e3:.3f} ms -> {after_s * 1e3:.3f} ms, "
-                                         f"median ratio {ratio:.3f}, faster in {wins}/{RUNTIME_REPEAT} rounds); "
+                                         f"median ratio {ratio:.3f}, faster in {wins}/{rounds} rounds); "
                                          "input kept"))
     return False
 
@@ -375,9 +448,10 @@ class EqSatPass:
     """
 
     def __init__(self, params: Mapping[str, Any] | None = None, **options: Any):
-        for name, value in options.items():
-            _coerce(name, value)  # unknown names and bad values fail here, early
-        self.options = dict(options)
+        # unknown names and bad values (the target string too) fail here, early
+        self.options = validate(options, what="EqSatPass option")
+        if "rules" in self.options:  # a user rule file is verified now: a wrong rule fails here, named
+            resolve_rules(self.options["rules"])
         self.params = dict(params) if params else None
         self.last_options: dict[str, Any] | None = None
         self.last_report: dict | None = None
@@ -393,11 +467,25 @@ class EqSatPass:
         if self.params:
             mod = bind_params(mod, self.params)
         t0 = time.perf_counter()
+        cost_model = None
         try:
             typed, func = main_function(mod)
             graph = from_relay(typed)
             signature = _signature(graph)
-            new_graph, report = optimize(graph, opts)
+            target = opts["target"] or host_target()
+            cost_model = resolve_cost(opts["cost"], target)
+            judgement = judge(opts, cost_model)
+            verdicts = Verdicts(getattr(cost_model, "cache", None) if judgement.check_runtime else None,
+                                RUNTIME_SETTINGS)
+            remembered = None if opts["verify"] else verdicts.rejected_input(typed, opts)
+            if remembered is not None:
+                # an earlier run measured this model's result no faster (same options, same machine)
+                report = dict(remembered, changed=False, runtime_check_cached=True, judged_by=judgement.notes)
+                report["reason"] = f"{remembered.get('reason', 'measured no faster')} (remembered from an earlier run)"
+            else:
+                new_graph, report = optimize(graph, dict(opts, target=target, cost=cost_model,
+                                                         calibrate=judgement.calibrate, min_gain=judgement.min_gain))
+                report["judged_by"] = judgement.notes
             if not report.get("changed", True):
                 # never worse: nothing cheaper was found, the input goes on untouched
                 report["seconds"] = time.perf_counter() - t0
@@ -423,10 +511,20 @@ class EqSatPass:
             warnings.warn(f"EqSatPass: failed ({type(e).__name__}: {e}); module left unchanged",
                           stacklevel=2)
             return mod
+        finally:
+            if cost_model is not None and cost_model is not opts["cost"]:
+                cost_model.close()
         report = dict(report)
         keep = True
-        if opts["verify"] or opts["check_runtime"]:
-            keep = runtime_check(typed, new_mod, opts, report)
+        if opts["verify"] or judgement.check_runtime:
+            verdict = None if opts["verify"] else verdicts.pair(typed, new_mod, opts)
+            if verdict is not None:
+                keep = verdict["keep"]
+                report.update(verdict["report"], runtime_check_cached=True)
+            else:
+                keep = runtime_check(typed, new_mod, opts, report, judgement)
+                if judgement.check_runtime and not opts["verify"]:
+                    verdicts.remember(typed, new_mod, opts, keep, report)
         report["seconds"] = time.perf_counter() - t0
         self.last_report = report
         log.info("EqSatPass: %s", format_summary(report))

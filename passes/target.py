@@ -75,6 +75,59 @@ def host_target() -> str:
     return f"llvm -mtriple={triple} -mcpu={cpu}"
 
 
+#: -mcpu -> the /proc/cpuinfo flags a CPU needs to run code LLVM builds for it (x86)
+_CPU_NEEDS = {
+    "x86-64": (),
+    "x86-64-v2": ("sse4_2", "popcnt"),
+    "x86-64-v3": ("avx2", "fma", "bmi2"),
+    "x86-64-v4": ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"),
+    "haswell": ("avx2", "fma", "bmi2"),
+    "core-avx2": ("avx2", "fma", "bmi2"),
+    "skylake": ("avx2", "fma", "bmi2", "adx"),
+    "skylake-avx512": ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"),
+    "cascadelake": ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512_vnni"),
+    "icelake-server": ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512_vnni",
+                       "avx512vbmi", "avx512_vbmi2", "avx512_bitalg", "avx512_vpopcntdq", "gfni", "vaes"),
+    "znver2": ("avx2", "fma", "bmi2", "sha_ni"),
+    "znver3": ("avx2", "fma", "bmi2", "sha_ni", "vaes", "vpclmulqdq"),
+    "znver4": ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512_vnni", "avx512vbmi",
+               "avx512_vbmi2", "avx512_bitalg", "avx512_vpopcntdq", "avx512_bf16", "gfni", "vaes"),
+}
+
+
+def runs_here(target) -> bool:
+    """Whether code built for ``target`` (None: the host) runs on this machine, so that
+    programs built for it can be timed here: an LLVM target for this machine's
+    triple whose ``-mcpu`` is the host's own or one whose instruction set this CPU
+    has (``-mattr`` features included). A plain ``llvm`` is riscv64 in this TVM; a
+    GPU target, another triple or an unknown CPU name count as cross-compiling."""
+    if target is None:
+        return True
+    try:
+        t = tvm.target.Target(str(target))
+    except Exception:  # noqa: BLE001 - not a target string TVM knows
+        return False
+    if t.kind.name != "llvm":
+        return False
+    host = host_target()
+    host_t = tvm.target.Target(host)
+    triple = str(t.attrs.get("mtriple", "") or "")
+    if triple != str(host_t.attrs.get("mtriple", "")):
+        return False
+    flags = _cpuinfo_flags()
+    mcpu = str(t.attrs.get("mcpu", "") or "generic")
+    if mcpu not in (str(host_t.attrs.get("mcpu", "")), "generic"):
+        needs = _CPU_NEEDS.get(mcpu)
+        if needs is None or not set(needs) <= flags:
+            return False
+    for feature in t.attrs.get("mattr", None) or []:
+        feature = str(feature)
+        if feature.startswith("+") and feature[1:].replace("-", "_") not in flags \
+                and feature[1:].replace("-", "") not in flags:
+            return False
+    return True
+
+
 def _as_module(mod) -> tvm.IRModule:
     if isinstance(mod, relay.Function):
         return tvm.IRModule.from_expr(mod)

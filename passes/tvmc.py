@@ -21,9 +21,15 @@ transforms, PassContext with ``--opt-level``/``--pass-config``/
    parser) and wraps its handler: with ``--eqsat``, ``eqsat`` is put in
    front of the ``--target`` string (route 1) and the flags' values become
    options of the pass for this compile, over the target's options and
-   ``--pass-config`` values (flags take any value, e.g. ``--eqsat-target
+   ``--pass-config`` values (flags take values with spaces, e.g. ``--eqsat-target
    "llvm -mcpu=..."``, which neither tvmc's target syntax nor its
-   ``--pass-config`` parser can carry).
+   ``--pass-config`` parser can carry). The flags' ``choices`` and ``type``
+   come from the options schema (:mod:`relay_eqsat.options`), so a bad value
+   is an argparse error (exit status 2); a bad value in the composite target
+   is one ``Error:`` line (tvmc's exit status 4).
+
+A model file that cannot be read (missing, empty, corrupt) gives one line
+``relay-eqsat tvmc: cannot read model ...`` and exit status 2.
 
 Through :func:`tvmc_main` (``relay-eqsat tvmc``), ``compile`` without
 ``--target`` builds for the host CPU's LLVM target
@@ -50,15 +56,18 @@ from typing import Any, Mapping, Sequence
 
 import tvm
 
-from .eqsat_pass import _OPTION_TYPES, DEFAULT_OPTIONS, EqSatPass, format_summary
+from relay_eqsat.options import OPTIONS, argparse_kwargs, flag_name
+
+from .eqsat_pass import DEFAULT_OPTIONS, EqSatPass, format_summary
+from .model_file import ModelFileError, check_model_file, model_load_errors
 from .target import host_target
 
 log = logging.getLogger(__name__)
 
 CODEGEN_NAME = "eqsat"
 
-#: options offered as ``--eqsat-<option>`` flags (``rules`` and ``cost`` as names)
-FLAG_OPTIONS = [name for name in DEFAULT_OPTIONS]
+#: options offered as ``--eqsat-<option>`` flags (every option of the schema; ``rules`` and ``cost`` as names)
+FLAG_OPTIONS = list(OPTIONS)
 
 #: the report of the last :func:`eqsat_pass_pipeline` run (None: none ran or it was skipped)
 LAST_REPORT: dict | None = None
@@ -90,7 +99,10 @@ def eqsat_pass_pipeline(mod: tvm.IRModule, params: Mapping[str, Any] | None = No
         return mod
     options = dict(_FLAG_OPTIONS)
     options.update({_option_name(k): v for k, v in opts.items()})
-    eqsat = EqSatPass(params=dict(params) if params else None, **options)
+    try:
+        eqsat = EqSatPass(params=dict(params) if params else None, **options)
+    except ValueError as e:  # a bad value in the composite target (the flags are checked by argparse)
+        raise tvm.driver.tvmc.TVMCException(f"eqsat target: {e}") from None
     out = eqsat(mod)
     LAST_REPORT = eqsat.last_report
     if LAST_REPORT is not None:
@@ -101,11 +113,6 @@ def eqsat_pass_pipeline(mod: tvm.IRModule, params: Mapping[str, Any] | None = No
 
 # -- registration with tvmc ---------------------------------------------------------
 
-def _flag_type(name: str):
-    typ = _OPTION_TYPES.get(name, str)
-    return typ if typ in (int, float) else str
-
-
 def add_eqsat_arguments(parser) -> None:
     """``--eqsat`` and ``--eqsat-<option>`` flags on tvmc's compile parser."""
     group = parser.add_argument_group(
@@ -113,14 +120,8 @@ def add_eqsat_arguments(parser) -> None:
     group.add_argument("--eqsat", action="store_true",
                        help="run EqSatPass on the model inside tvmc's pipeline (a composite target)")
     for name in FLAG_OPTIONS:
-        flag = "--eqsat-" + name.replace("_", "-")
-        default = DEFAULT_OPTIONS[name]
-        if _OPTION_TYPES.get(name) is bool:
-            group.add_argument(flag, dest="eqsat_" + name, action="store_const", const="true", default=None,
-                               help=f"EqSatPass option {name} (default: {default})")
-        else:
-            group.add_argument(flag, dest="eqsat_" + name, type=_flag_type(name), default=None,
-                               metavar=name.upper(), help=f"EqSatPass option {name} (default: {default})")
+        group.add_argument(flag_name(name, "--eqsat-"), dest="eqsat_" + name,
+                           **argparse_kwargs(name, help_prefix=f"EqSatPass option {name}: "))
     group.add_argument("--eqsat-report", metavar="PATH", default=None,
                        help="write the optimizer's report as JSON to PATH")
 
@@ -169,7 +170,12 @@ def _wrap_compile(drive_compile):
         if getattr(args, "eqsat", False):
             eqsat_args_to_tvmc(args)
         try:
-            status = drive_compile(args)
+            check_model_file(args.FILE)
+            with model_load_errors():
+                status = drive_compile(args)
+        except ModelFileError as e:
+            print(f"relay-eqsat tvmc: {e}", file=sys.stderr)
+            return 2
         finally:
             _FLAG_OPTIONS.clear()
         if LAST_REPORT is not None:

@@ -9,72 +9,44 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, make_dataclass
 from typing import Any, Mapping, Sequence
 
 from .graph import TensorGraph
+from .options import OPTIMIZER_OPTIONS, OPTIONS, SEARCHES, validate  # noqa: F401 - SEARCHES re-exported
 
 log = logging.getLogger("relay_eqsat")
 
-SEARCHES = ("tensat", "mcts", "none")
+
+def _check_options(self) -> None:
+    """Validate every field through the options schema (``relay_eqsat.options``),
+    coercing strings ("5000" -> 5000); ValueError naming a bad one."""
+    for name, value in validate({f.name: getattr(self, f.name) for f in fields(self)}).items():
+        setattr(self, name, value)
 
 
-@dataclass
-class OptimizeOptions:
-    """Every knob of the optimizer (also the pass's and the CLI's options).
+def _options_from_mapping(cls, options: Mapping[str, Any] | None) -> "OptimizeOptions":
+    """Options from a dict (None values: the defaults); unknown keys raise ValueError naming them."""
+    options = dict(options or {})
+    unknown = [k for k in options if k not in OPTIMIZER_OPTIONS]
+    if unknown:
+        raise ValueError(f"unknown optimizer options {unknown}; known: {list(OPTIMIZER_OPTIONS)}")
+    return cls(**{k: v for k, v in options.items() if v is not None})
 
-    search           "tensat" (all rules per iteration), "mcts" or "none"
-    extractor        extractor scoring MCTS rollouts ("greedy-ocf" as in the paper)
-    final_extractor  extractor for the result ("ilp-acyc", falls back to OCF greedy on time-out)
-    cost             "auto" | "measured" | "learned" | "analytic", or a CostModel
-    target           TVM target string the costs are for (None: the host CPU)
-    node_limit       e-graph size limit in e-nodes
-    iter_limit       TENSAT iterations
-    k_multi          iterations in which multi-pattern rules run (TENSAT)
-    budget           MCTS iterations per applied rule
-    max_sim_steps    MCTS rollout length
-    time_limit       seconds for the search; extraction gets ``extract_time_limit``
-    seed             MCTS randomness
-    rules            rule set name (shipped), a path to a .rules file, or a list of Rule
-    cycle_filter     "efficient" | "vanilla" | "none" (TENSAT §5.2)
-    """
 
-    search: str = "tensat"
-    extractor: str = "greedy-ocf"
-    final_extractor: str = "ilp-acyc"
-    cost: Any = "auto"
-    target: str | None = None
-    node_limit: int = 10_000
-    iter_limit: int = 15
-    k_multi: int = 1
-    budget: int = 128
-    max_sim_steps: int = 10
-    time_limit: float = 60.0
-    extract_time_limit: float = 30.0
-    seed: int = 0
-    rules: Any = "default"
-    cycle_filter: str = "efficient"
-
-    @classmethod
-    def from_mapping(cls, options: Mapping[str, Any] | None) -> "OptimizeOptions":
-        """Options from a dict; unknown keys raise ValueError naming them."""
-        options = dict(options or {})
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - names)
-        if unknown:
-            raise ValueError(f"unknown optimizer options {unknown}; known: {sorted(names)}")
-        opts = cls(**{k: v for k, v in options.items() if v is not None})
-        opts.check()
-        return opts
-
-    def check(self) -> None:
-        if self.search not in SEARCHES:
-            raise ValueError(f"search must be one of {SEARCHES}, not {self.search!r}")
-        for name in ("node_limit", "budget", "max_sim_steps"):
-            if int(getattr(self, name)) <= 0:
-                raise ValueError(f"{name} must be positive")
-        if self.time_limit <= 0 or self.extract_time_limit <= 0:
-            raise ValueError("time limits must be positive")
+#: Every knob of the optimizer: the ``optimizer`` options of the schema
+#: (``relay_eqsat.options``), with its defaults; validated on construction.
+OptimizeOptions = make_dataclass(
+    "OptimizeOptions", [(name, Any, field(default=OPTIONS[name].default)) for name in OPTIMIZER_OPTIONS],
+    namespace={
+        "__module__": __name__,
+        "__doc__": "Every knob of the optimizer (see ``relay_eqsat.options`` for the pass's others).\n\n"
+                   + "\n".join(f"    {n:<20} {OPTIONS[n].help} (default {OPTIONS[n].default!r})"
+                               for n in OPTIMIZER_OPTIONS),
+        "__post_init__": _check_options,
+        "check": _check_options,
+        "from_mapping": classmethod(_options_from_mapping),
+    })
 
 
 @dataclass
@@ -123,16 +95,33 @@ class OptimizeReport:
                 f"{self.total_time:.2f}s; rules {fired}")
 
 
-def resolve_rules(rules: Any) -> list:
-    """A rule list from a shipped set name, a .rules path, or a list of rules."""
+def resolve_rules(rules: Any, trust: bool = False) -> list:
+    """A rule list from a shipped set name, a .rules path, or a list of rules.
+
+    User rules (a rule file, or Rule objects other than the shipped ones) are
+    verified numerically once per process (``relay_eqsat.rule_check``): a
+    wrong rule, or one without a verifiable instance unless ``trust``, raises
+    ``RuleVerificationError`` (a ValueError) naming the rule, its file and
+    line, and what failed. Shipped sets are verified by the test suite."""
+    import os
+
     from . import rules as rules_mod
+    from .rule_check import check_user_rules, load_user_rule_file
 
     if isinstance(rules, (list, tuple)):
-        return list(rules)
+        rules = list(rules)
+        check_user_rules(rules, trust=trust)
+        return rules
+    if isinstance(rules, os.PathLike):
+        rules = os.fspath(rules)
     if isinstance(rules, str):
-        if rules.endswith(".rules") and ("/" in rules or "\\" in rules):
-            return rules_mod.load_rule_file(rules)
-        return rules_mod.load_rules(rules)
+        plain = "/" not in rules and "\\" not in rules
+        if plain and (rules if rules.endswith(".rules") else rules + ".rules") in rules_mod.shipped_rule_files():
+            return rules_mod.load_rules(rules)
+        if rules.endswith(".rules") or not plain:
+            return load_user_rule_file(rules, trust=trust)
+        shipped = ", ".join(f[:-len(".rules")] for f in rules_mod.shipped_rule_files())
+        raise ValueError(f"no shipped rule set {rules!r} (shipped: {shipped}); a rule file path ends in .rules")
     raise ValueError(f"rules must be a rule-set name, a .rules path or a list of rules, not {rules!r}")
 
 
@@ -160,12 +149,28 @@ def check_equivalent_interface(before: TensorGraph, after: TensorGraph) -> None:
             raise ValueError(f"input {name!r} changed type or appeared: {tin.get(name)} -> {t}")
 
 
+#: measure-and-re-extract rounds of a calibration (each round measures the kernels the new candidate
+#: adds, then extracts again with their measured times)
+CALIBRATION_ROUNDS = 3
+
+
 def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, Any] | None = None,
-                   cost_model=None, rules: Sequence | None = None) -> tuple[TensorGraph, OptimizeReport]:
+                   cost_model=None, rules: Sequence | None = None, *, min_gain: float = 0.0,
+                   calibrate: bool = False, calibrate_time_limit: float = 300.0,
+                   progress: bool | None = None) -> tuple[TensorGraph, OptimizeReport]:
     """Optimize ``graph``; returns (graph', report). graph' is ``graph`` itself
-    when nothing cheaper was found (never worse under the cost model)."""
+    unless the result is predicted faster by more than ``min_gain`` (0.1: 10%;
+    0: any gain; never worse under the cost model).
+
+    ``calibrate``: measure on this machine, within ``calibrate_time_limit``
+    seconds, the kernels of the input and of each candidate extraction, and
+    extract again with their measured times (up to :data:`CALIBRATION_ROUNDS`
+    rounds), so the result and the decision rest on this CPU's kernel times
+    (``cost.calibrate``; the report's ``info["calibration"]`` says what was
+    measured)."""
     from .egraph import EGraph
     from .extract import get_extractor
+    from .rules import rules_for_target
     from .search.base import Limits
     from .search.mcts import MCTSOptions, MCTSScheduler
     from .search.tensat import TensatScheduler
@@ -173,8 +178,10 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     t0 = time.perf_counter()
     opts = options if isinstance(options, OptimizeOptions) else OptimizeOptions.from_mapping(options)
     cost_model = cost_model if cost_model is not None else resolve_cost(opts.cost, opts.target)
-    rules = resolve_rules(rules if rules is not None else opts.rules)
+    rules, avoided = rules_for_target(resolve_rules(rules if rules is not None else opts.rules), opts.target)
     rep = OptimizeReport(search=opts.search)
+    if avoided:
+        rep.info["rules_avoided"] = avoided
     graph = graph.compact()
     rep.nodes_before = len(graph)
     rep.ops_before = graph.op_counts()
@@ -205,10 +212,23 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     rep.egraph_nodes, rep.egraph_classes = egraph.num_nodes, egraph.num_classes
 
     te = time.perf_counter()
-    problem = egraph.to_problem(cost_model.node_cost, [root])
     extractor = get_extractor(opts.final_extractor)
-    solution = extractor.solve(problem, time_limit=opts.extract_time_limit)
-    out = egraph.build_graph(solution.choice, problem.roots[0], problem).compact()
+    calibrator = None
+    for _ in range(CALIBRATION_ROUNDS + 1):
+        problem = egraph.to_problem(cost_model.node_cost, [root])
+        solution = extractor.solve(problem, time_limit=opts.extract_time_limit)
+        out = egraph.build_graph(solution.choice, problem.roots[0], problem).compact()
+        if not calibrate or cost_model.graph_cost(out) >= cost_model.graph_cost(graph) * (1 - 1e-6):
+            break  # nothing to calibrate, or no candidate: the input stands
+        if calibrator is None:
+            from .cost.calibrate import Calibrator
+
+            calibrator = Calibrator(cost_model, calibrate_time_limit, progress=progress)
+        if not calibrator.measure([graph, out]):
+            break  # the compared kernels' costs did not change: the extraction stands
+    if calibrator is not None:
+        rep.info["calibration"] = calibrator.close().to_dict()
+        rep.cost_before = cost_model.graph_cost(graph)  # now with the measured kernel times
     rep.extract_time = time.perf_counter() - te
     rep.extractor, rep.extract_status, rep.optimal = extractor.name, solution.status, solution.optimal
     rep.info["extraction_cost"] = solution.cost
@@ -218,12 +238,17 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     rep.nodes_after = len(out)
     rep.ops_after = out.op_counts()
     rep.total_time = time.perf_counter() - t0
-    if rep.cost_after < rep.cost_before * (1 - 1e-6):
+    rep.info["min_gain"] = min_gain
+    if rep.cost_after < rep.cost_before / (1 + min_gain) * (1 - 1e-6):
         rep.changed, rep.reason = True, "cheaper program found"
         log.info("relay-eqsat: %s", rep.summary())
         return out, rep
     rep.changed = False
-    rep.reason = "no cheaper program under the cost model; input kept"
+    if rep.cost_after < rep.cost_before * (1 - 1e-6):
+        rep.reason = (f"predicted {rep.speedup:.3f}x, within the cost model's error for this target "
+                      f"(a gain over {min_gain:.0%} is required); input kept")
+    else:
+        rep.reason = "no cheaper program under the cost model; input kept"
     rep.cost_after = rep.cost_before
     rep.nodes_after, rep.ops_after = rep.nodes_before, rep.ops_before
     log.info("relay-eqsat: %s", rep.summary())

@@ -30,11 +30,19 @@ one ending inside open brackets, continues the previous clause):
     apply. After them, every new node is shape-checked with
     ``ops.infer_type``: a match whose target does not type-check is skipped.
 ``example BINDINGS``
-    Concrete bindings for the verifier (tests/test_rules.py): ``?x [2,8]``
+    Concrete bindings for the verifier (``relay_eqsat.rule_check``; it runs
+    on every user rule file when loaded, and on the shipped ones in
+    tests/test_rules.py): ``?x [2,8]``
     gives a class variable's shape (a variable with ``(const ?x)`` among the
     preconditions becomes a constant), ``?v VALUE`` an attribute variable's
     value, ``?a.key VALUE`` one attribute of a whole-attribute variable.
-    A rule may have several examples; every shipped rule needs one.
+    A rule may have several examples; every shipped rule needs one. A rule
+    without one is verified on instances drawn from its own patterns.
+``avoid cpu`` / ``avoid gpu``
+    The rule is not used when optimizing for that kind of device (the
+    target's kind: ``llvm``/``c`` are cpu; ``cuda``, ``rocm``, ``vulkan``...
+    gpu): for rewrites measured to lose there (the evidence goes in a comment
+    beside the clause). The report names the rules left out.
 
 Patterns (left-hand side)::
 
@@ -709,6 +717,8 @@ class Rule:
     kinds: dict = field(default_factory=dict)
     source: str = ""
     lhs_text: list[str] = field(default_factory=list)
+    origin: str = ""                # "file:line" of its ``rule`` line (error messages)
+    avoid: tuple[str, ...] = ()     # device kinds the rule is not used for ("cpu", "gpu"): ``avoid`` clause
 
     def __post_init__(self):
         if len(self.lhs) != len(self.rhs):
@@ -911,7 +921,7 @@ class Rule:
 # rule files
 # ---------------------------------------------------------------------------
 
-_CLAUSES = ("rule", "lhs", "rhs", "let", "where", "example")
+_CLAUSES = ("rule", "lhs", "rhs", "let", "where", "example", "avoid")
 
 
 def _strip_comment(line: str) -> str:
@@ -972,6 +982,7 @@ def parse_rules(text: str, origin: str = "<string>") -> list[Rule]:
             raise RuleSyntaxError(f"{where}: duplicate rule name")
         names.add(name)
         rules.append(_build_rule(name, clauses, where))
+        rules[-1].origin = f"{origin}:{lineno}"
     return rules
 
 
@@ -1016,12 +1027,48 @@ def _build_rule(name: str, clauses: list, where: str) -> Rule:
         for kw, body in clauses:
             if kw == "example":
                 examples.append(_parse_example(body, kinds, where))
+        avoid = []
+        for kw, body in clauses:
+            if kw == "avoid":
+                for device in body.split("#", 1)[0].split():
+                    if device not in DEVICE_KINDS:
+                        raise RuleSyntaxError(f"{where}: avoid takes device kinds {DEVICE_KINDS}, not {device!r}")
+                    avoid.append(device)
     except RuleSyntaxError:
         raise
     except (ValueError, IndexError) as e:
         raise RuleSyntaxError(f"{where}: {e}") from e
     source = "\n".join(f"  {kw} {body}" for kw, body in clauses)
-    return Rule(name, lhs, rhs, lets, conds, examples, kinds, source, lhs_text)
+    return Rule(name, lhs, rhs, lets, conds, examples, kinds, source, lhs_text, avoid=tuple(avoid))
+
+
+#: the device kinds an ``avoid`` clause names
+DEVICE_KINDS = ("cpu", "gpu")
+_GPU_TARGET_KINDS = ("cuda", "rocm", "vulkan", "opencl", "metal", "nvptx", "webgpu")
+
+
+def device_kind(target) -> str | None:
+    """``cpu`` for an LLVM or C target, ``gpu`` for CUDA, ROCm, Vulkan..., None otherwise
+    (the kind is the target string's first word: no TVM needed)."""
+    words = str(target or "").split()
+    kind = words[0] if words else ""
+    if kind in ("llvm", "c"):
+        return "cpu"
+    if kind in _GPU_TARGET_KINDS:
+        return "gpu"
+    return None
+
+
+def rules_for_target(rules: Iterable[Rule], target) -> tuple[list[Rule], list[str]]:
+    """(the rules usable for ``target``, the names of those its device kind avoids)."""
+    device = device_kind(target) if target is not None else "cpu"  # None: the host CPU
+    kept, avoided = [], []
+    for r in rules:
+        if device in r.avoid:
+            avoided.append(r.name)
+        else:
+            kept.append(r)
+    return kept, avoided
 
 
 def _parse_example(body: str, kinds: dict, where: str) -> dict:

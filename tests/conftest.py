@@ -19,3 +19,10 @@ def host_target() -> str:
     from relay_eqsat.passes.target import host_target as _host_target
 
     return _host_target()
+
+
+@pytest.fixture(autouse=True)
+def _own_cost_db(tmp_path_factory, monkeypatch):
+    """Every test reads and writes a cost database of its own, never the user's: measurements and
+    remembered runtime verdicts do not leak between tests or runs (a test may set its own)."""
+    monkeypatch.setenv("RELAY_EQSAT_COST_DB", str(tmp_path_factory.mktemp("costdb") / "costs.sqlite"))

@@ -1,19 +1,21 @@
 """The rule language, the TENSAT loader, and numerical verification of every shipped rule.
 
-For each rule and each of its ``example`` bindings, the verifier builds the
-source patterns as a concrete TensorGraph (leaves with the example shapes;
-constants where the rule requires them), checks that the e-matcher finds the
-match with its preconditions true, instantiates the targets with the very
-code the e-graph uses, and compares both sides on random inputs.
+For each rule and each of its ``example`` bindings, the verifier
+(``relay_eqsat.rule_check.verify_rule``) builds the source patterns as a
+concrete TensorGraph (leaves with the example shapes; constants where the
+rule requires them), checks that the e-matcher finds the match with its
+preconditions true, instantiates the targets with the very code the e-graph
+uses, compares both sides on random inputs, and applies the rule in an
+e-graph.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from relay_eqsat import ops
 from relay_eqsat.egraph import EGraph
-from relay_eqsat.graph import Attrs, TensorGraph
+from relay_eqsat.graph import TensorGraph
+from relay_eqsat.rule_check import verify_rule
 from relay_eqsat.rules import (
     Matcher,
     RuleSyntaxError,
@@ -27,112 +29,20 @@ from relay_eqsat.rules import (
 SHIPPED = [(f, r) for f in shipped_rule_files() for r in load_rules(f)]
 
 
-def _instantiate_lhs(rule, example, rng):
-    """Build the rule's source patterns as a TensorGraph; returns (graph, roots)."""
-    g = TensorGraph()
-    nodes: dict[str, int] = {}
-    whole: dict[str, dict] = {}
-
-    # whole-attribute variables: literals of every node sharing them + example overrides
-    def collect(t):
-        if t[0] == "var":
-            return
-        _, op, literals, avars, w, kids, bind = t
-        if w is not None:
-            d = whole.setdefault(w, {})
-            d.update(literals)
-            for key, name in avars:
-                if name in example:
-                    d[key] = example[name]
-        for k in kids:
-            collect(k)
-
-    for t in rule.lhs:
-        collect(t)
-    for key, value in example.items():
-        if "." in key:
-            var, attr = key.split(".", 1)
-            whole.setdefault(var, {})[attr] = value
-
-    def build(t):
-        if t[0] == "var":
-            name = t[1]
-            if name in nodes:
-                return nodes[name]
-            if name not in example:
-                raise AssertionError(f"example does not give a shape for {name}")
-            shape = example[name]
-            if name in rule.const_vars:
-                nid = g.const(rng.standard_normal(shape).astype("float32"), name=name.lstrip("?"))
-            else:
-                nid = g.var(name.lstrip("?"), shape)
-            nodes[name] = nid
-            return nid
-        _, op, literals, avars, w, kids, bind = t
-        inputs = [build(k) for k in kids]
-        attrs = dict(whole.get(w, {})) if w is not None else {}
-        attrs.update(literals)
-        for key, name in avars:
-            if name in example:
-                attrs[key] = example[name]
-        attrs = ops.normalize_attrs(op, attrs, [g[i].type for i in inputs])
-        nid = g.add(op, inputs, attrs)
-        if bind is not None:
-            nodes[bind] = nid
-        return nid
-
-    roots = [build(t) for t in rule.lhs]
-    return g, roots
-
-
 def _verify(rule, example, seed=0):
-    rng = np.random.default_rng(seed)
-    g, roots = _instantiate_lhs(rule, example, rng)
-    out = g.add("tuple", roots) if len(roots) > 1 else roots[0]
-    g.set_output(out)
-
-    # the matcher finds the match, with compatible shared variables, and the preconditions hold
-    eg = EGraph()
-    mapping: list[int] = []
-    eg.add_graph(g, mapping)
-    matcher = Matcher([rule])
-    envs = matcher.matches(rule, matcher.search(eg))
-    want = [mapping[r] for r in roots]
-    envs = [e for e in envs if [e[("root", i)] for i in range(len(roots))] == want]
-    assert envs, f"{rule.name}: the source pattern does not match its own instance"
-    good = [e for e in envs if rule.check(rule.decode(e), eg.class_type, eg.class_const)]
-    assert good, f"{rule.name}: preconditions false on the example"
-    raw = good[0]
-
-    # targets built with the e-graph's instantiation code, on graph nodes
-    class_to_node = {}
-    for nid, c in enumerate(mapping):
-        class_to_node.setdefault(eg.find(c), nid)
-    env = rule.decode(raw)
-    env = {k: (class_to_node[eg.find(v)] if rule.kinds.get(k) == "class" else v) for k, v in env.items()}
-    const = lambda h: g.is_constant()[h]
-    outs = rule.instantiate(env, lambda h: g[h].type, const, lambda op, a, kids: g.add(op, kids, a))
-    inputs = g.random_inputs(seed)
-    for lhs_root, rhs_root in zip(roots, outs):
-        assert g[lhs_root].type == g[rhs_root].type, rule.name
-        g.set_output(lhs_root)
-        a = g.evaluate(inputs)
-        g.set_output(rhs_root)
-        b = g.evaluate(inputs)
-        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5, err_msg=rule.name)
-
-    # the same application inside the e-graph keeps types consistent and merges the roots
-    fired = apply_matches(eg, rule, [raw])
-    eg.rebuild()
-    assert fired == 1 or all(eg.find(mapping[r]) == eg.find(mapping[r]) for r in roots)
+    """The library verifier on one example binding; fails with its verdict's message."""
+    check = verify_rule(rule, [example], seed=seed)
+    assert check.ok, check.message
+    assert len(check.instances) == 1
     return True
 
 
 @pytest.mark.parametrize("fname,rule", SHIPPED, ids=[f"{f}:{r.name}" for f, r in SHIPPED])
 def test_shipped_rule_is_numerically_valid(fname, rule):
     assert rule.examples, f"{fname}: rule {rule.name} has no example binding and cannot be verified"
-    for i, ex in enumerate(rule.examples):
-        assert _verify(rule, ex, seed=i)
+    check = verify_rule(rule)  # example i with inputs of seed i
+    assert check.ok, check.message
+    assert [r.label for r in check.instances] == [f"example {i + 1}" for i in range(len(rule.examples))]
 
 
 def test_every_shipped_rule_verified():
@@ -142,11 +52,10 @@ def test_every_shipped_rule_verified():
     assert len(names) == len(set(names)), "rule names must be unique"
     unverified = []
     for fname, rule in SHIPPED:
-        try:
-            ok = bool(rule.examples) and all(_verify(rule, ex, i) for i, ex in enumerate(rule.examples))
-        except Exception as e:  # noqa: BLE001 - reported below
-            ok = False
-            print(rule.name, e)
+        check = verify_rule(rule)
+        ok = bool(rule.examples) and check.ok
+        if not check.ok:
+            print(check.message)
         if not ok:
             unverified.append(rule.name)
     assert not unverified, f"unverified rules: {unverified}"

@@ -67,12 +67,18 @@ import numpy as np
 
 from ..graph import Attrs, TensorGraph, TensorType, Type
 from .analytic import AnalyticModel, type_bytes
-from .cache import CostCache, normalize_target, shipped_table
+from .cache import CostCache, ignore_shipped, normalize_target, shipped_table
 from .instance import GRAPH_LEVEL_OPS, OpInstance
 
 log = logging.getLogger(__name__)
 
 KINDS = ("auto", "measured", "learned", "analytic")
+
+#: relative whole-graph error assumed where no calibrated figure exists. The roofline alone was
+#: measured 71.7% off on the zoo (README, cost_accuracy); a learned model trained on another CPU
+#: predicted 38-67% below the measured whole-model times on znver3 (stop 10's bench run).
+ANALYTIC_ERROR = 0.72
+FOREIGN_ERROR = 0.5
 
 # Ops whose fusion class differs from their operator-table pattern.
 FUSION_OVERRIDES = {"nn.batch_norm": "fused", "nn.bias_add": "fused"}
@@ -209,11 +215,14 @@ class CostModel:
     def _cached(self, inst: OpInstance) -> float | None:
         if self.cache is None or self.kind == "learned":
             return None
+        return self._lookup_table().get(inst.key())
+
+    def _lookup_table(self) -> dict[tuple, float]:
         if self._table is None:
             # the user's own measurements over those shipped for this very CPU
             self._table = {**shipped_table(self.target, self.backend),
-                           **self.cache.lookup_table(self.target, self.backend)}
-        return self._table.get(inst.key())
+                           **(self.cache.lookup_table(self.target, self.backend) if self.cache else {})}
+        return self._table
 
     def _measure(self, inst: OpInstance) -> float | None:
         from .measure import Measurer
@@ -345,6 +354,43 @@ class CostModel:
         if self._measurer is not None:
             self._measurer.close()
             self._measurer = None
+
+    # -- what the costs rest on -------------------------------------------------------------
+    @property
+    def has_host_data(self) -> bool:
+        """Whether the kernel costs rest on data taken on this very target: measurements shipped
+        for it, or a learned model trained on it (a shipped one counts unless
+        ``$RELAY_EQSAT_IGNORE_SHIPPED`` hides the shipped data)."""
+        if self.kind == "analytic" or self.target is None:
+            return False
+        if shipped_table(self.target, self.backend):
+            return True
+        own = self.learned is not None and not self.foreign_model
+        return own and not (ignore_shipped() and self.learned.meta.get("shipped"))
+
+    def calibrated_error(self) -> float:
+        """The relative error of this model's whole-graph predictions on its target: the
+        leave-one-out error of the fusion fit of a model trained on this CPU
+        (``whole_graph_error`` in its metadata), else :data:`FOREIGN_ERROR` (another CPU's model),
+        else :data:`ANALYTIC_ERROR` (the roofline alone). A predicted gain smaller than this
+        is inside the model's error."""
+        if self.kind == "analytic" or self.learned is None:
+            return ANALYTIC_ERROR
+        err = self.learned.meta.get("whole_graph_error")
+        if not self.has_host_data or err is None:
+            return FOREIGN_ERROR
+        return float(err)
+
+    def is_measured(self, inst: OpInstance) -> bool:
+        """Whether ``inst``'s kernel time comes from a measurement on this target (shipped or cached)."""
+        return self.kind != "learned" and self._cached(inst) is not None
+
+    def add_measurements(self, seconds: dict[tuple, float]) -> None:
+        """Take freshly measured kernel times (instance key -> seconds) into account from now on."""
+        if not seconds:
+            return
+        self._lookup_table().update(seconds)
+        self._kernel.clear()
 
     @property
     def foreign_model(self) -> bool:

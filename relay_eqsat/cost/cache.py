@@ -11,11 +11,19 @@ The default location is ``<user cache dir>/relay-eqsat/costs.sqlite``
 with a busy timeout, and every write is one short ``INSERT OR REPLACE``
 transaction, so several processes (a measuring batch, a search reading
 costs) share it safely, and an interrupted run keeps every row it committed.
+
+A database that cannot be used (a path that is a directory or lies under a
+file, a file that is not sqlite, a directory without write permission) does
+not stop anything: the cache falls back to holding nothing (reads see no
+rows, writes are dropped; a database that reads but cannot be written keeps
+its rows) and logs one warning per path saying that the shipped data is used
+and measurements will not be kept (``CostCache.error`` says why).
 """
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -27,7 +35,12 @@ from typing import Iterator
 
 from .instance import OpInstance
 
+log = logging.getLogger(__name__)
+
 ENV_DB = "RELAY_EQSAT_COST_DB"
+#: set to 1 to ignore the measurements and models shipped for particular CPUs (the path a CPU the
+#: project never measured takes; benchmarks use it to exercise calibration on a CPU that has data)
+ENV_IGNORE_SHIPPED = "RELAY_EQSAT_IGNORE_SHIPPED"
 APP_NAME = "relay-eqsat"
 
 _SCHEMA = """
@@ -96,29 +109,72 @@ def _where(target: str | None, backend: str | None) -> tuple[str, tuple]:
     return (" WHERE " + " AND ".join(cond) if cond else ""), tuple(params)
 
 
+#: database paths already warned about (one warning per path and process)
+_WARNED: set[str] = set()
+
+
+def _storage_error(e: BaseException) -> bool:
+    """Whether ``e`` says the database file cannot be used (not a bug in a statement)."""
+    return isinstance(e, (OSError, sqlite3.OperationalError)) or type(e) is sqlite3.DatabaseError
+
+
 class CostCache:
-    """An sqlite-backed cost cache (one connection per process, opened lazily)."""
+    """An sqlite-backed cost cache (one connection per process, opened lazily).
+
+    ``error`` is None while the database works; else why it cannot be read
+    (the cache then holds nothing) or written (rows read, writes dropped)."""
 
     def __init__(self, path: str | os.PathLike | None = None, timeout: float = 60.0):
         self.path = Path(path).expanduser() if path is not None else default_db_path()
         self.timeout = timeout
+        self.error: str | None = None
+        self._readable = True
+        self._writable = True
         self._conn: sqlite3.Connection | None = None
         self._pid: int | None = None
         self._lock = threading.Lock()
 
     # -- connection -----------------------------------------------------------
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self) -> sqlite3.Connection | None:
+        """The connection (None once the database proved unusable); call with the lock held."""
+        if not self._readable:
+            return None
         if self._conn is not None and self._pid == os.getpid():
             return self._conn
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(self.path), timeout=self.timeout, isolation_level=None,
-                               check_same_thread=False)
-        conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
-        self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL"))
-        conn.execute("PRAGMA synchronous=NORMAL")
-        self._retry(lambda: conn.executescript(_SCHEMA))
+        conn = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(str(self.path), timeout=self.timeout, isolation_level=None,
+                                   check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
+            self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL"))
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._retry(lambda: conn.executescript(_SCHEMA))
+        except Exception as e:  # noqa: BLE001 - filtered by _storage_error
+            if conn is not None:
+                conn.close()
+            if not _storage_error(e):
+                raise
+            self._unusable(e, readable=False)
+            return None
         self._conn, self._pid = conn, os.getpid()
         return conn
+
+    def _unusable(self, error: BaseException, readable: bool) -> None:
+        """Stop using the database (or only stop writing to it) and warn once per path."""
+        self.error = f"{type(error).__name__}: {error}"
+        self._writable = False
+        if not readable:
+            self._readable = False
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+        key = str(self.path)
+        if key not in _WARNED:
+            _WARNED.add(key)
+            log.warning("relay-eqsat: the cost database %s cannot be %s (%s); using the shipped cost data, "
+                        "and measurements will not be kept", self.path, "read" if not readable else "written",
+                        self.error)
 
     def _retry(self, fn):
         """Run ``fn``, retrying 'database is locked' past sqlite's own busy handler."""
@@ -132,9 +188,12 @@ class CostCache:
                 time.sleep(0.05)
 
     def _write(self, *statements: tuple[str, tuple]) -> None:
-        """Run (sql, params) statements in one short immediate transaction."""
+        """Run (sql, params) statements in one short immediate transaction
+        (dropped when the database cannot be written)."""
         with self._lock:
-            conn = self._connect()
+            conn = self._connect() if self._writable else None
+            if conn is None:
+                return
 
             def tx():
                 try:
@@ -147,12 +206,26 @@ class CostCache:
                         conn.execute("ROLLBACK")
                     raise
 
-            self._retry(tx)
+            try:
+                self._retry(tx)
+            except Exception as e:  # noqa: BLE001 - filtered by _storage_error
+                if not _storage_error(e):
+                    raise
+                self._unusable(e, readable=True)
 
     def _query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        """The rows of a query (none when the database cannot be read)."""
         with self._lock:
             conn = self._connect()
-            return self._retry(lambda: conn.execute(sql, params).fetchall())
+            if conn is None:
+                return []
+            try:
+                return self._retry(lambda: conn.execute(sql, params).fetchall())
+            except Exception as e:  # noqa: BLE001 - filtered by _storage_error
+                if not _storage_error(e):
+                    raise
+                self._unusable(e, readable=False)
+                return []
 
     def close(self) -> None:
         with self._lock:
@@ -228,7 +301,8 @@ class CostCache:
 
     def count(self, target: str | None = None, backend: str | None = None) -> int:
         where, params = _where(target, backend)
-        return self._query("SELECT COUNT(*) FROM costs" + where, params)[0][0]
+        rows = self._query("SELECT COUNT(*) FROM costs" + where, params)
+        return rows[0][0] if rows else 0
 
     # -- failures -------------------------------------------------------------
     def put_failure(self, inst: OpInstance, target: str, backend: str, error: str) -> None:
@@ -263,10 +337,16 @@ def target_slug(target: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", normalize_target(target)).strip("_")
 
 
+def ignore_shipped() -> bool:
+    """Whether ``$RELAY_EQSAT_IGNORE_SHIPPED`` hides the per-CPU shipped data."""
+    return os.environ.get(ENV_IGNORE_SHIPPED, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def shipped_table(target: str, backend: str | None) -> dict[tuple, float]:
     """Measurements shipped with the package (``data/measured-<backend>__<target>.json.gz``,
-    one file per CPU they were taken on) if one was taken on this very target; else empty."""
-    if backend is None:
+    one file per CPU they were taken on) if one was taken on this very target; else empty
+    (also when :func:`ignore_shipped`)."""
+    if backend is None or ignore_shipped():
         return {}
     path = shipped_table_path(target, backend)
     if not path.exists():

@@ -192,6 +192,8 @@ def _fit_into(model, cm, graphs: dict, whole: dict) -> None:
         print(f"  {spec}: measured {t * 1e3:.3f} ms, predicted {p * 1e3:.3f} ms ({p / t - 1:+.1%})")
     model.meta["fusion"] = {k: getattr(fit.rule, k) for k in fit.rule.TERMS}
     model.meta["fusion_fit"] = str(fit)
+    # the error a predicted gain must exceed before it is trusted without measuring (CostModel.calibrated_error)
+    model.meta["whole_graph_error"] = fit.loo_mean_ape if fit.loo_mean_ape is not None else fit.after_mean_ape
 
 
 def refit_only(args, measurer, cache, specs) -> int:

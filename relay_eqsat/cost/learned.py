@@ -454,11 +454,12 @@ def default_model_path(backend: str) -> Path:
 def find_model(target: str, backend: str | None) -> Path | None:
     """The best model file for (target, backend): trained here, shipped for this target,
     then the shipped default of the backend."""
+    from .cache import ignore_shipped
     from .measure import target_backends
 
     backends: Iterable[str] = [backend] if backend else target_backends(target)
     for b in backends:
-        for d in (model_dir(), SHIPPED_DIR):
+        for d in (model_dir(),) if ignore_shipped() else (model_dir(), SHIPPED_DIR):
             p = d / model_filename(target, b)
             if p.is_file():
                 return p

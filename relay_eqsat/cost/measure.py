@@ -1,6 +1,6 @@
 """Measured operator costs: build one op alone, time it, in a worker process.
 
-A ``Measurer`` owns one worker process (multiprocessing, spawn context) that
+A ``Measurer`` owns one worker process (``python -m relay_eqsat.cost.worker``) that
 imports TVM (or PyTorch) and measures op instances sent to it one at a time.
 Every job has a timeout: a build that hangs is killed, one that crashes the
 process is reported, and either way the caller gets an error result and the
@@ -30,15 +30,18 @@ TVM and PyTorch are imported only inside the worker process.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import os
+import pickle
 import platform
+import socket
+import subprocess
 import statistics
 import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from multiprocessing.connection import Connection
 from typing import Callable, Iterable
 
 from ..graph import TensorGraph
@@ -141,11 +144,23 @@ def _probe_backends() -> dict[str, str | None]:
     return out
 
 
+def _child_env() -> dict:
+    """The environment of a child Python: this process's, with its ``sys.path``, so that the
+    child imports the same packages (and the picklable hooks tests hand the worker)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return env
+
+
 def _run_in_subprocess(fn: Callable, timeout: float = 120.0):
-    """Call a module-level function in a fresh spawned process and return its result."""
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(1) as pool:
-        return pool.apply_async(fn).get(timeout)
+    """Call a module-level function in a fresh Python process, started by module name (never
+    re-running the caller's ``__main__`` script, as multiprocessing's spawn does), and return
+    its (pickled) result."""
+    code = ("import pickle, sys, importlib; m = importlib.import_module(sys.argv[1]); "
+            "sys.stdout.buffer.write(pickle.dumps(getattr(m, sys.argv[2])()))")
+    out = subprocess.run([sys.executable, "-c", code, fn.__module__, fn.__qualname__], capture_output=True,
+                         timeout=timeout, env=_child_env(), stdin=subprocess.DEVNULL, check=True)
+    return pickle.loads(out.stdout)
 
 
 _HOST_TARGET: str | None = None
@@ -571,29 +586,30 @@ class Measurer:
 
     # -- worker lifecycle --------------------------------------------------------
     def _start(self) -> None:
-        ctx = mp.get_context("spawn")
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_worker_main, name="relay-eqsat-measure",
-                           args=(child, self.target, self.backend, asdict(self.config), self.hook),
-                           daemon=True)
-        proc.start()
-        child.close()
-        self._proc, self._conn, self._fresh = proc, parent, True
+        # started by name (python -m), connected through a socket pair: the caller's __main__
+        # script is never imported again in the worker (as multiprocessing's spawn would)
+        parent, child = socket.socketpair()
+        with child:
+            proc = subprocess.Popen([sys.executable, "-m", "relay_eqsat.cost.worker", str(child.fileno())],
+                                    pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, env=_child_env())
+        conn = Connection(parent.detach())
+        conn.send((self.target, self.backend, asdict(self.config), self.hook))
+        self._proc, self._conn, self._fresh = proc, conn, True
 
     def _stop(self, kill: bool = False) -> None:
         proc, conn = self._proc, self._conn
         self._proc = self._conn = None
         if proc is None:
             return
-        if not kill and proc.is_alive():
+        if not kill and proc.poll() is None:
             try:
                 conn.send(None)
-                proc.join(5)
-            except (OSError, BrokenPipeError):
+                proc.wait(5)
+            except (OSError, BrokenPipeError, subprocess.TimeoutExpired):
                 pass
-        if proc.is_alive():
+        if proc.poll() is None:
             proc.kill()
-            proc.join(5)
+            proc.wait(5)
         conn.close()
 
     def close(self) -> None:
@@ -615,7 +631,7 @@ class Measurer:
     # -- measuring ----------------------------------------------------------------
     def _job(self, msg: tuple) -> tuple[float | None, int, str | None]:
         """Send one job to the worker (starting one if needed): (seconds, repeats, error)."""
-        if self._proc is None or not self._proc.is_alive():
+        if self._proc is None or self._proc.poll() is not None:
             if self._proc is not None:
                 self._stop(kill=True)
             self._start()
@@ -628,15 +644,17 @@ class Measurer:
                 if time.monotonic() >= deadline:
                     self._stop(kill=True)
                     return None, 0, f"timeout: no result after {timeout:.0f} s (worker killed)"
-                if not self._proc.is_alive():
+                if self._proc.poll() is not None:
                     break
             reply = self._conn.recv()
         except (EOFError, OSError):
             proc = self._proc
             code = None
             if proc is not None:
-                proc.join(5)
-                code = proc.exitcode
+                try:
+                    code = proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    code = None
             self._stop(kill=True)
             return None, 0, f"worker process died (exit code {code})"
         if reply[0] == "ok":
@@ -661,13 +679,15 @@ class Measurer:
 
     def measure_many(self, instances: Iterable[OpInstance], cache: CostCache | None = None,
                      skip_cached: bool = True, retry_failed: bool = False,
-                     progress: bool | None = None) -> list[MeasureResult]:
+                     progress: bool | None = None, deadline: float | None = None,
+                     desc: str | None = None) -> list[MeasureResult]:
         """Measure a batch, writing each result to the cache as it arrives.
 
         Cache hits (and, unless ``retry_failed``, recorded failures) are not
         measured again; they come back with ``cached=True``. The progress bar
         (tqdm, on stderr) shows only when stderr is a terminal, unless
-        ``progress`` says otherwise.
+        ``progress`` says otherwise. Past ``deadline`` (``time.monotonic()``)
+        no new measurement starts: the rest are left out of the results.
         """
         cache = cache if cache is not None else self.cache
         results: list[MeasureResult] = []
@@ -690,9 +710,11 @@ class Measurer:
         from tqdm import tqdm
 
         show = sys.stderr.isatty() if progress is None else progress
-        with tqdm(total=len(todo), desc=f"measure {self.backend}", unit="op", disable=not show,
+        with tqdm(total=len(todo), desc=desc or f"measure {self.backend}", unit="op", disable=not show,
                   file=sys.stderr) as bar:
             for inst in todo:
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
                 bar.set_postfix_str(inst.op, refresh=False)
                 res = self.measure(inst)
                 if cache is not None:

@@ -1,0 +1,180 @@
+"""Export torchvision/transformers models to ONNX and run onnxruntime on them (bench/real_models.py's helper).
+
+Runs with the export venv's Python (``.venv-export``, Python 3.11: torch,
+torchvision, transformers, onnx, onnxruntime), never the TVM venv's: the two
+cannot share one interpreter. ``bench/real_models.py`` calls it in a
+subprocess and reads what it writes. It imports torch, onnx and onnxruntime
+only inside the subcommands, so the TVM venv can import :data:`MODELS` (the
+models' input specs) from it.
+
+    python bench/export_onnx.py export NAME OUT.onnx      # OUT.onnx plus OUT.json (inputs, outputs, versions)
+    python bench/export_onnx.py ort MODEL.onnx IN.npz OUT.npz TIMING.json [--threads 1] [--rounds 9]
+                                    [--min-repeat-ms 200]
+    python bench/export_onnx.py versions                  # JSON: the export venv's package versions
+
+Models: random weights from ``torch.manual_seed(0)``, batch 1, ``.eval()``,
+TorchScript exporter (``dynamo=False``), opset 14, static shapes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+OPSET = 14
+SEQ_LEN = 128
+IMAGE = [1, 3, 224, 224]
+
+#: model -> its ONNX inputs: name, shape, dtype and, for integer inputs, the
+#: range [low, high) of valid values (token ids below the vocabulary size, a 0/1 mask)
+MODELS: dict[str, list[dict]] = {
+    **{name: [{"name": "input", "shape": IMAGE, "dtype": "float32"}]
+       for name in ("resnet50", "squeezenet1_1", "googlenet", "densenet121", "shufflenet_v2_x1_0")},
+    "bert": [{"name": "input_ids", "shape": [1, SEQ_LEN], "dtype": "int64", "low": 0, "high": 30522},
+             {"name": "attention_mask", "shape": [1, SEQ_LEN], "dtype": "int64", "low": 0, "high": 2}],
+}
+OUTPUT_NAMES = {"bert": ["last_hidden_state"]}
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    out = {"python": sys.version.split()[0]}
+    for pkg in ("torch", "torchvision", "transformers", "onnx", "onnxruntime", "onnxscript", "numpy"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def _torch_model(name: str):
+    """The model (``.eval()``) and example inputs for tracing."""
+    import torch
+
+    torch.manual_seed(0)
+    if name == "bert":
+        from transformers import BertConfig, BertModel
+
+        config = BertConfig()
+        assert MODELS["bert"][0]["high"] == config.vocab_size
+        bert = BertModel(config, add_pooling_layer=False).eval()
+
+        class LastHiddenState(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.bert = bert
+
+            def forward(self, input_ids, attention_mask):
+                return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+        ids = torch.randint(0, config.vocab_size, (1, SEQ_LEN), dtype=torch.int64)
+        # padding at the end: a mask of ones only could let the model take a no-mask branch while tracing
+        mask = torch.ones(1, SEQ_LEN, dtype=torch.int64)
+        mask[:, SEQ_LEN * 3 // 4:] = 0
+        return LastHiddenState().eval(), (ids, mask)
+    import torchvision
+
+    extra = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
+    model = getattr(torchvision.models, name)(weights=None, **extra).eval()
+    return model, (torch.randn(*IMAGE),)
+
+
+def export(name: str, out: Path) -> dict:
+    """Export ``name`` to ``out`` (written under a temporary name, then renamed, so an interrupted
+    export leaves no file) and ``out`` with suffix .json (inputs, outputs, versions, seconds)."""
+    import onnx
+    import torch
+
+    if name not in MODELS:
+        raise SystemExit(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+    torch.backends.mha.set_fastpath_enabled(False)
+    t0 = time.perf_counter()
+    model, example = _torch_model(name)
+    inputs = MODELS[name]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.stem + ".tmp.onnx")
+    with torch.no_grad():
+        torch.onnx.export(model, example, str(tmp), dynamo=False, opset_version=OPSET,
+                          input_names=[i["name"] for i in inputs], output_names=OUTPUT_NAMES.get(name, ["output"]),
+                          do_constant_folding=True)
+    proto = onnx.load(str(tmp))
+    onnx.checker.check_model(proto)
+    graph_inputs = [i.name for i in proto.graph.input]
+    missing = [i["name"] for i in inputs if i["name"] not in graph_inputs]
+    if missing:  # the exporter drops inputs the traced graph does not use
+        tmp.unlink()
+        raise SystemExit(f"{name}: the exported graph does not use input(s) {missing}")
+    meta = {"model": name, "inputs": inputs, "outputs": [o.name for o in proto.graph.output], "opset": OPSET,
+            "export_s": time.perf_counter() - t0, "versions": _versions()}
+    tmp.replace(out)
+    out.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+def run_ort(model: Path, inputs: Path, outputs: Path, timing: Path, threads: int, rounds: int,
+            min_repeat_ms: float) -> dict:
+    """Run onnxruntime on the arrays in ``inputs`` (.npz, keyed by input name), save its outputs
+    (.npz, ``output_0``, ``output_1``...) and time it: after a warm-up run, ``rounds`` timings,
+    each the mean of as many runs as fill ``min_repeat_ms``; their median, in ``timing`` (JSON)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(model), sess_options=opts, providers=["CPUExecutionProvider"])
+    with np.load(inputs) as z:
+        feed = {i.name: z[i.name] for i in sess.get_inputs()}
+    result = sess.run(None, feed)
+    np.savez(outputs, **{f"output_{k}": r for k, r in enumerate(result)})
+    samples = []
+    for _ in range(rounds):
+        n, t0 = 0, time.perf_counter()
+        while True:
+            sess.run(None, feed)
+            n += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed * 1e3 >= min_repeat_ms:
+                break
+        samples.append(elapsed / n)
+    info = {"median_s": statistics.median(samples), "samples_s": samples, "threads": threads,
+            "inter_op_threads": 1, "rounds": rounds, "min_repeat_ms": min_repeat_ms,
+            "providers": sess.get_providers(), "versions": _versions()}
+    timing.write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("export", help="export a model to ONNX")
+    p.add_argument("name", choices=sorted(MODELS))
+    p.add_argument("out", type=Path)
+    p = sub.add_parser("ort", help="run and time onnxruntime on saved inputs")
+    p.add_argument("model", type=Path)
+    p.add_argument("inputs", type=Path)
+    p.add_argument("outputs", type=Path)
+    p.add_argument("timing", type=Path)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--min-repeat-ms", type=float, default=200.0)
+    sub.add_parser("versions", help="print the package versions")
+    args = ap.parse_args(argv)
+    if args.cmd == "export":
+        meta = export(args.name, args.out)
+        print(f"exported {args.name} to {args.out} in {meta['export_s']:.1f} s")
+    elif args.cmd == "ort":
+        info = run_ort(args.model, args.inputs, args.outputs, args.timing, args.threads, args.rounds,
+                       args.min_repeat_ms)
+        print(f"onnxruntime {args.model.name}: {info['median_s'] * 1e3:.3f} ms (median of {args.rounds})")
+    else:
+        print(json.dumps(_versions()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

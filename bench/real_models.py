@@ -1,0 +1,638 @@
+"""Real models: torchvision/transformers models exported to ONNX, EqSatPass's defaults vs TVM (issue 13).
+
+Models written by their libraries' authors (torchvision resnet50,
+squeezenet1_1, googlenet, densenet121, shufflenet_v2_x1_0; transformers'
+BertModel, bert-base without the pooler, sequence 128), random weights from
+torch.manual_seed(0), batch 1, exported to ONNX (TorchScript exporter, opset
+14) by bench/export_onnx.py in the export venv (.venv-export, Python 3.11;
+created when missing). Exports are cached under bench/models/ (gitignored).
+
+Each model is loaded the way a user loads it (tvmc's ONNX frontend, the input
+shapes given), its weights bound, and compiled by TVM for the host
+(passes.target.host_target()) as these variants:
+
+  opt3           opt_level 3, no pass
+  default        EqSatPass() with its defaults, then opt_level 3; run twice on
+                 the same cost database (default_rerun: the second run, which
+                 reuses the kernel measurements the first one made)
+  check_runtime  EqSatPass(check_runtime="on")
+  trust_model    EqSatPass(check_runtime="off", calibrate="off", min_gain=0.0):
+                 keeps any gain the cost model predicts
+
+Programs that are structurally identical (ignoring the pass's report
+attribute) are built and timed once and share the measurement ("= opt3" in
+the table). The distinct programs of a model are timed in --rounds paired
+interleaved rounds (each timing at least --min-repeat-ms long; the order
+rotates): the median time, the median per-round ratio to opt3 (below 1:
+faster) and the rounds won. Every program's outputs are compared with
+onnxruntime's on the same seeded random inputs (run in the export venv with
+the same thread count; its median time is the reference column) and with
+opt3's: max |a - b| / max(1, max |a|), passing at <= 1e-4. Zoo rows
+(--zoo, "name" or "name:small") show the zoo's wins under the defaults; they
+have no onnxruntime column.
+
+The cost database is a fresh file per run (RELAY_EQSAT_COST_DB; --cost-db to
+choose one, --keep-cost-db to keep the fresh one); --ignore-shipped sets
+RELAY_EQSAT_IGNORE_SHIPPED=1 (the cost model ignores the shipped
+measurements and models: a CPU it has never seen). TVM_NUM_THREADS and
+onnxruntime's intra-op threads are --threads.
+
+Writes bench/results/real_models.json (rewritten after every model, so an
+interrupted run keeps what finished) and real_models.png (ratio to opt3 per
+model and variant).
+
+    python bench/real_models.py [--models all] [--variants all] [--zoo nasrnn,nasnet_a:small] [--threads 1]
+                                [--rounds 9] [--min-repeat-ms 200] [--quick] [--cost-db PATH] [--keep-cost-db]
+                                [--ignore-shipped]
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import common
+import export_onnx
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+MODELS_DIR = BENCH_DIR / "models"
+EXPORT_VENV = ROOT / ".venv-export"
+EXPORT_SCRIPT = BENCH_DIR / "export_onnx.py"
+EXPORT_PACKAGES = ["torch==2.14.*", "torchvision==0.29.*", "transformers>=5,<6", "onnx", "onnxruntime",
+                   "onnxscript"]
+EXPORT_IMPORTS = "import torch, torchvision, transformers, onnx, onnxruntime, onnxscript"
+
+REAL_MODELS = tuple(export_onnx.MODELS)
+BASELINE = "opt3"
+RERUN = "default_rerun"
+#: variant -> EqSatPass options (None: no pass). The option names live here only.
+VARIANT_OPTIONS: dict[str, dict | None] = {
+    "opt3": None,
+    "default": {},
+    "check_runtime": {"check_runtime": "on"},
+    "trust_model": {"check_runtime": "off", "calibrate": "off", "min_gain": 0.0},
+}
+VARIANTS = tuple(VARIANT_OPTIONS)
+RTOL = 1e-4
+DEFAULT_ZOO = "nasrnn,nasnet_a:small"
+
+
+# -- command line -------------------------------------------------------------------------------
+
+def split_names(spec: str, known: Sequence[str], what: str) -> list[str]:
+    """Names from a comma-separated list ('all': every known one); ValueError naming the known ones."""
+    if spec.strip() == "all":
+        return list(known)
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise ValueError(f"unknown {what} {', '.join(bad)}; known: {', '.join(known)}")
+    return names
+
+
+def zoo_specs(spec: str, small_models: str = "", small: bool = False) -> list[tuple[str, bool]]:
+    """``(name, small)`` of each ``name`` or ``name:small`` in ``spec`` (small also when ``small``
+    or the name is in ``small_models``); ValueError for unknown models or suffixes."""
+    from relay_eqsat.passes import zoo
+
+    forced = {m.strip() for m in small_models.split(",") if m.strip()}
+    out = []
+    for item in (s.strip() for s in spec.split(",")):
+        if not item:
+            continue
+        name, _, size = item.partition(":")
+        if size not in ("", "small"):
+            raise ValueError(f"--zoo {item!r}: expected NAME or NAME:small")
+        zoo.spec(name)  # ValueError naming the known models
+        out.append((name, small or size == "small" or name in forced))
+    return out
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[1:]))
+    ap.add_argument("--models", default="all", help=f"comma-separated, or 'all': {', '.join(REAL_MODELS)}")
+    ap.add_argument("--variants", default="all",
+                    help=f"comma-separated, or 'all': {', '.join(VARIANTS)} (opt3, the baseline, always runs)")
+    ap.add_argument("--zoo", default=DEFAULT_ZOO, help="zoo rows: NAME or NAME:small, comma-separated ('' for none)")
+    ap.add_argument("--small", action="store_true", help="zoo rows at their small configuration")
+    ap.add_argument("--small-models", default="", metavar="NAMES", help="zoo rows to run small (as other benches)")
+    ap.add_argument("--threads", type=int, default=1, help="TVM_NUM_THREADS and onnxruntime's intra-op threads")
+    ap.add_argument("--rounds", type=int, default=None, help="paired timing rounds (default 9; --quick 3)")
+    ap.add_argument("--min-repeat-ms", type=int, default=None,
+                    help="each timing runs at least this long (default 200; --quick 50)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 3 rounds of 50 ms")
+    ap.add_argument("--cost-db", default=None, help="cost database (default: a fresh one in a temporary folder)")
+    ap.add_argument("--keep-cost-db", action="store_true", help="keep the fresh cost database (path printed)")
+    ap.add_argument("--ignore-shipped", action="store_true",
+                    help="RELAY_EQSAT_IGNORE_SHIPPED=1: the cost model ignores the shipped tables and models")
+    ap.add_argument("--models-dir", default=str(MODELS_DIR), help="exported ONNX cache")
+    ap.add_argument("--seed", type=int, default=0, help="random inputs")
+    ap.add_argument("--out", default=str(common.RESULTS_DIR / "real_models.json"), help="JSON result file")
+    args = ap.parse_args(argv)
+    if args.rounds is None:
+        args.rounds = 3 if args.quick else 9
+    if args.min_repeat_ms is None:
+        args.min_repeat_ms = 50 if args.quick else 200
+    if args.threads < 1 or args.rounds < 1 or args.min_repeat_ms < 0:
+        ap.error("--threads and --rounds must be >= 1, --min-repeat-ms >= 0")
+    try:
+        args.model_list = split_names(args.models, REAL_MODELS, "model")
+        wanted = split_names(args.variants, VARIANTS, "variant")
+        args.zoo_list = zoo_specs(args.zoo, args.small_models, args.small)
+    except ValueError as e:
+        ap.error(str(e))
+    args.variant_list = [BASELINE] + [v for v in VARIANTS if v in wanted and v != BASELINE]
+    return args
+
+
+# -- the export venv and onnxruntime --------------------------------------------------------------
+
+def find_python311() -> str | None:
+    """A Python 3.11 interpreter, looked for where the Makefile looks for 3.10."""
+    candidates = ["python3.11", *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.11*/bin/python3.11"))),
+                  "/usr/local/bin/python3.11", "/usr/bin/python3.11"]
+    for p in candidates:
+        try:
+            ok = subprocess.run([p, "-c", "import sys; assert sys.version_info[:2] == (3, 11)"],
+                                capture_output=True, timeout=60).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if ok:
+            return p
+    return None
+
+
+def _tail(text: str, lines: int = 5) -> str:
+    return " | ".join(ln.strip() for ln in text.strip().splitlines()[-lines:] if ln.strip())
+
+
+def ensure_export_venv(venv: Path = EXPORT_VENV) -> Path:
+    """The export venv's python, creating the venv and installing its packages when missing."""
+    py = venv / "bin" / "python"
+    if py.exists() and subprocess.run([str(py), "-c", EXPORT_IMPORTS], capture_output=True).returncode == 0:
+        return py
+    if not py.exists():
+        base = find_python311()
+        if base is None:
+            raise RuntimeError("python3.11 not found: the export venv (torch, torchvision, transformers) needs it")
+        print(f"creating {venv} with {base}", flush=True)
+        subprocess.run([base, "-m", "venv", str(venv)], check=True)
+    print(f"installing {' '.join(EXPORT_PACKAGES)} into {venv} (once)", flush=True)
+    subprocess.run([str(py), "-m", "pip", "install", *EXPORT_PACKAGES], check=True)
+    return py
+
+
+def _run_helper(py: Path, *args: str, timeout: float = 3600) -> str:
+    proc = subprocess.run([str(py), str(EXPORT_SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"export_onnx.py {args[0]} failed: {_tail(proc.stderr or proc.stdout)}")
+    return proc.stdout
+
+
+def export_model(py: Path, name: str, models_dir: Path) -> tuple[Path, dict]:
+    """The model's ONNX file and its metadata, exporting it when not cached."""
+    path = models_dir / f"{name}.onnx"
+    meta = path.with_suffix(".json")
+    if not (path.exists() and meta.exists()):
+        print(f"{name}: exporting to {path}", flush=True)
+        _run_helper(py, "export", name, str(path))
+    return path, json.loads(meta.read_text())
+
+
+def run_ort(py: Path, onnx_path: Path, inputs: Mapping, workdir: Path, args) -> tuple[list, dict]:
+    """onnxruntime's outputs on ``inputs`` and its timing (median seconds and samples)."""
+    import numpy as np
+
+    stem = workdir / onnx_path.stem
+    np.savez(f"{stem}_in.npz", **inputs)
+    _run_helper(py, "ort", str(onnx_path), f"{stem}_in.npz", f"{stem}_out.npz", f"{stem}_ort.json",
+                "--threads", str(args.threads), "--rounds", str(args.rounds),
+                "--min-repeat-ms", str(args.min_repeat_ms))
+    with np.load(f"{stem}_out.npz") as z:
+        outputs = [z[f"output_{k}"] for k in range(len(z.files))]
+    return outputs, json.loads(Path(f"{stem}_ort.json").read_text())
+
+
+def export_versions(py: Path | None) -> dict | None:
+    if py is None:
+        return None
+    try:
+        return json.loads(_run_helper(py, "versions", timeout=300))
+    except Exception as e:  # noqa: BLE001 - versions are informative only
+        return {"error": common_error(e)}
+
+
+# -- models and inputs ----------------------------------------------------------------------------
+
+def make_inputs(specs: Sequence[Mapping], seed: int = 0) -> dict:
+    """Seeded random inputs for ONNX input specs: floats standard normal (passes.target.random_inputs),
+    integers uniform in the spec's [low, high) (token ids, a 0/1 mask)."""
+    import numpy as np
+
+    from relay_eqsat.passes.target import random_inputs
+
+    out = random_inputs({s["name"]: (s["shape"], s["dtype"]) for s in specs}, seed)
+    rng = np.random.default_rng(seed + 1)
+    for s in specs:
+        if "high" in s:
+            out[s["name"]] = rng.integers(s.get("low", 0), s["high"], size=tuple(s["shape"])).astype(s["dtype"])
+    return out
+
+
+def shapes_arg(specs: Sequence[Mapping]) -> str:
+    """tvmc's --input-shapes syntax: ``"input_ids:[1,128] attention_mask:[1,128]"``."""
+    return " ".join(f"{s['name']}:[{','.join(str(d) for d in s['shape'])}]" for s in specs)
+
+
+def load_onnx(path: Path, specs: Sequence[Mapping]):
+    """The model as a user loads it (tvmc's ONNX frontend), weights bound as the pass binds them;
+    ValueError if its inputs are not the specs'."""
+    from relay_eqsat.passes.cli import load_model
+    from relay_eqsat.passes.eqsat_pass import bind_params
+
+    mod, params = load_model(str(path), input_shapes=shapes_arg(specs))
+    bound = bind_params(mod, params)
+    got = [(v.name_hint, [int(d) for d in v.checked_type.shape], str(v.checked_type.dtype))
+           for v in bound["main"].params]
+    want = [(s["name"], list(s["shape"]), s["dtype"]) for s in specs]
+    if got != want:
+        raise ValueError(f"{path.name}: TVM's main takes {got}, expected {want}")
+    return bound
+
+
+def load_zoo(name: str, small: bool, seed: int = 0):
+    """A zoo model, weights bound, and seeded random inputs."""
+    from relay_eqsat.passes import zoo
+    from relay_eqsat.passes.eqsat_pass import bind_params
+    from relay_eqsat.passes.target import random_inputs
+
+    mod, params = zoo.get(name, small=small)
+    bound = bind_params(mod, params)
+    types = {v.name_hint: ([int(d) for d in v.checked_type.shape], str(v.checked_type.dtype))
+             for v in bound["main"].params}
+    return bound, random_inputs(types, seed)
+
+
+# -- the variants ---------------------------------------------------------------------------------
+
+def make_pass(variant: str):
+    """``(EqSatPass, options it does not know)`` for ``variant``: options this EqSatPass lacks are
+    left out (and reported) rather than failing the variant."""
+    from relay_eqsat.passes import DEFAULT_OPTIONS, EqSatPass
+
+    options = VARIANT_OPTIONS["default" if variant == RERUN else variant]
+    known = {k: v for k, v in options.items() if k in DEFAULT_OPTIONS}
+    return EqSatPass(**known), sorted(set(options) - set(known))
+
+
+def common_error(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:400]
+
+
+def run_pass(variant: str, bound) -> tuple[Any, dict]:
+    """(the module after ``variant``'s pass, what to record: optimization seconds, the report's
+    figures, warnings); the module is ``bound`` itself when the pass kept it."""
+    import tvm
+
+    p, missing = make_pass(variant)
+    with warnings.catch_warnings(record=True) as caught, common.stopwatch() as took:
+        warnings.simplefilter("always")
+        with tvm.transform.PassContext(opt_level=3):
+            out = p(bound)
+    report = p.last_report or {}
+    fired = {k: v for k, v in (report.get("rules_fired") or {}).items() if v}
+    distinct, total = common.rules_used(fired)
+    info = {"opt_time": took(), "report_changed": report.get("changed"), "predicted_speedup":
+            report.get("predicted_speedup"), "reason": report.get("reason"), "rules_fired": fired,
+            "rules_distinct": distinct, "rule_applications": total, "stop_reason": report.get("stop_reason"),
+            "measured_speedup": report.get("measured_speedup"), "runtime_wins": report.get("runtime_wins"),
+            "warnings": [str(w.message)[:300] for w in caught]}
+    calibration = report.get("calibration", (report.get("info") or {}).get("calibration"))
+    if calibration is not None:
+        info["calibration"] = calibration
+    for key in ("runtime_check_cached", "judged_by"):  # a verdict remembered in the cost database
+        if key in report:
+            info[key] = report[key]
+    if missing:
+        info["options_missing"] = missing
+    return out, info
+
+
+def _without_report(func):
+    """``func`` without the pass's report attribute (timings in it differ from run to run)."""
+    from tvm import relay
+
+    from relay_eqsat.passes.eqsat_pass import REPORT_ATTR
+
+    if not isinstance(func, relay.Function) or func.attrs is None or REPORT_ATTR not in func.attrs.keys():
+        return func
+    import tvm
+
+    rest = {k: func.attrs[k] for k in func.attrs.keys() if k != REPORT_ATTR}
+    attrs = tvm.ir.make_node("DictAttrs", **rest) if rest else None
+    return relay.Function(func.params, func.body, func.ret_type, func.type_params, attrs)
+
+
+def same_program(a, b) -> bool:
+    """Whether two modules are the same program: the same object, or structurally equal
+    functions (the pass's report attribute ignored)."""
+    import tvm
+
+    if a.same_as(b):
+        return True
+    names_a = sorted(g.name_hint for g in a.get_global_vars())
+    if names_a != sorted(g.name_hint for g in b.get_global_vars()):
+        return False
+    return all(tvm.ir.structural_equal(_without_report(a[n]), _without_report(b[n])) for n in names_a)
+
+
+def dedup(modules: Mapping[str, Any]) -> dict[str, str]:
+    """variant -> the first variant (in ``modules``' order) with the same program (itself if new)."""
+    firsts: list[str] = []
+    same: dict[str, str] = {}
+    for name, mod in modules.items():
+        same[name] = next((f for f in firsts if same_program(modules[f], mod)), name)
+        if same[name] == name:
+            firsts.append(name)
+    return same
+
+
+def run_variants(bound, inputs: Mapping, variants: Sequence[str], args, reference: Sequence | None) -> dict:
+    """Every variant of one model: pass, dedup, build each distinct program once, time them in
+    paired rounds, compare outputs. Returns ``{variant: record}``."""
+    import numpy as np
+
+    from relay_eqsat.passes.target import build_and_run, output_error, paired_ratio, time_rounds
+
+    records: dict[str, dict] = {BASELINE: {"opt_time": 0.0}}
+    modules = {BASELINE: bound}
+    for v in variants:
+        if v == BASELINE:
+            continue
+        for run in ((v, RERUN) if v == "default" else (v,)):
+            try:
+                modules[run], records[run] = run_pass(run, bound)
+            except Exception as e:  # noqa: BLE001 - one variant failing is a result
+                records[run] = {"error": f"pass failed: {common_error(e)}"}
+            print(f"  {run}: " + (records[run].get("error") or f"{records[run]['opt_time']:.1f} s, "
+                                  f"reason: {records[run].get('reason')}"), flush=True)
+    same = dedup(modules)
+    built = {}
+    for name in modules:
+        rec = records[name]
+        rec["same_as"] = same[name] if same[name] != name else None
+        rec["changed"] = same[name] != BASELINE
+        if same[name] != name:
+            continue
+        try:
+            m, outputs, build_s = build_and_run(modules[name], inputs)
+            built[name] = (m, outputs)
+            rec["build_time"] = build_s
+        except Exception as e:  # noqa: BLE001
+            rec["error"] = f"build failed: {common_error(e)}"
+            if name == BASELINE:
+                raise
+    order = list(built)
+    samples = dict(zip(order, time_rounds([built[k][0] for k in order], repeat=args.rounds,
+                                          min_repeat_ms=args.min_repeat_ms)))
+    base = samples[BASELINE]
+    for name in modules:
+        rec, first = records[name], same[name]
+        if first not in built:
+            rec.setdefault("error", records[first].get("error", "not built"))
+            continue
+        outputs = built[first][1]
+        ratio, wins = paired_ratio(base, samples[first])
+        rec.update(median_s=statistics.median(samples[first]), samples_s=samples[first], ratio_vs_opt3=ratio,
+                   wins=wins, rounds=len(base))
+        rec["max_err_vs_opt3"] = output_error(built[BASELINE][1], outputs)[0]
+        if first != name:
+            rec["build_time"] = records[first].get("build_time")
+        if reference is not None:
+            err, why = output_error([np.asarray(r) for r in reference], outputs)
+            rec["max_err_vs_ort"], rec["ok_vs_ort"] = err, bool(err <= RTOL)
+            if why:
+                rec["err_vs_ort_why"] = why
+    return records
+
+
+# -- rows -----------------------------------------------------------------------------------------
+
+def onnx_row(name: str, py: Path | None, workdir: Path, args) -> dict:
+    """One real model: export (cached), onnxruntime, TVM's variants."""
+    row: dict[str, Any] = {"model": name, "kind": "onnx"}
+    try:
+        if py is None:
+            raise RuntimeError("no export venv")
+        path, meta = export_model(py, name, Path(args.models_dir))
+        row.update(onnx=str(path), export=meta)
+        inputs = make_inputs(meta["inputs"], args.seed)
+        reference, row["ort"] = run_ort(py, path, inputs, workdir, args)
+        with common.stopwatch() as took:
+            bound = load_onnx(path, meta["inputs"])
+        row["load_time"] = took()
+        row["variants"] = run_variants(bound, inputs, args.variant_list, args, reference)
+    except Exception as e:  # noqa: BLE001 - a model failing is a result; the rest go on
+        row["error"] = common_error(e)
+    return row
+
+
+def zoo_row(name: str, small: bool, args) -> dict:
+    row: dict[str, Any] = {"model": f"zoo:{name}", "kind": "zoo", "small": small}
+    try:
+        bound, inputs = load_zoo(name, small, args.seed)
+        row["variants"] = run_variants(bound, inputs, args.variant_list, args, None)
+    except Exception as e:  # noqa: BLE001
+        row["error"] = common_error(e)
+    return row
+
+
+def row_label(row: Mapping) -> str:
+    return row["model"] + (" (small)" if row.get("small") else "")
+
+
+HEADERS = ["model", "variant", "changed", "predicted", "opt s", "build s", "median ms", "ratio vs opt3", "wins",
+           "max err vs ORT", "ORT ms"]
+
+
+def table_rows(rows: Sequence[Mapping]) -> list[list]:
+    """The printed table's cells: one line per model and variant (a failed model: one line)."""
+    out = []
+    for row in rows:
+        label = row_label(row)
+        if "error" in row and not row.get("variants"):
+            out.append([label, "-", f"failed: {row['error']}"[:100]] + [None] * (len(HEADERS) - 3))
+            continue
+        ort_ms = common.ms(row.get("ort", {}).get("median_s"))
+        for k, (variant, rec) in enumerate(row["variants"].items()):
+            if "median_s" not in rec:
+                out.append([label, variant, f"failed: {rec.get('error')}"[:100]] + [None] * (len(HEADERS) - 3))
+                continue
+            shared = rec.get("same_as")
+            median = common.fmt(common.ms(rec["median_s"])) + (f" (= {shared})" if shared else "")
+            wins = "-" if variant == BASELINE else f"{rec['wins']}/{rec['rounds']}"
+            out.append([label, variant, rec.get("changed"), rec.get("predicted_speedup"), rec.get("opt_time"),
+                        f"= {shared}" if shared else rec.get("build_time"), median, rec["ratio_vs_opt3"], wins,
+                        rec.get("max_err_vs_ort"), ort_ms if k == 0 else None])
+    return out
+
+
+def calibration_text(cal: Any) -> str:
+    """The report's calibration entry in one line (its non-zero counts, seconds and error)."""
+    if not isinstance(cal, Mapping):
+        return str(cal)
+    parts = [f"{k} {common.fmt(cal[k])}" for k in ("measured", "reused", "failed", "unmeasured", "seconds",
+                                                    "rounds", "error") if cal.get(k)]
+    return ", ".join(parts) or "nothing measured"
+
+
+def notes(rows: Sequence[Mapping]) -> list[str]:
+    """What the table leaves out: each pass's reason, calibration, missing options, output checks."""
+    lines = []
+    for row in rows:
+        for variant, rec in (row.get("variants") or {}).items():
+            if variant == BASELINE:
+                continue
+            where = f"{row_label(row)} {variant}"
+            if rec.get("reason"):
+                lines.append(f"{where}: {rec['reason']}")
+            if "calibration" in rec:
+                lines.append(f"{where}: calibration: {calibration_text(rec['calibration'])}")
+            if rec.get("options_missing"):
+                lines.append(f"{where}: EqSatPass has no option(s) {', '.join(rec['options_missing'])}; left out")
+        for variant, rec in (row.get("variants") or {}).items():
+            for key, what in (("max_err_vs_ort", "onnxruntime"), ("max_err_vs_opt3", "opt3")):
+                if rec.get(key) is not None and not rec[key] <= RTOL:
+                    lines.append(f"{row_label(row)} {variant}: outputs differ from {what}'s "
+                                 f"(max rel error {rec[key]:.3g} > {RTOL:g})")
+    return lines
+
+
+def plot_ratios(rows: Sequence[Mapping], path: Path) -> Path | None:
+    """Grouped bars: each variant's time / opt3's per model (paired median ratio), onnxruntime's
+    (ratio of medians, unpaired) for reference; a line at 1.0."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    shown = [r for r in rows if r.get("variants", {}).get(BASELINE, {}).get("median_s")]
+    if not shown:
+        return None
+    series = [v for v in [*VARIANTS[1:], RERUN] if any(v in r["variants"] for r in shown)]
+    values = {v: [r["variants"].get(v, {}).get("ratio_vs_opt3", np.nan) for r in shown] for v in series}
+    if any("ort" in r for r in shown):
+        values["onnxruntime"] = [r["ort"]["median_s"] / r["variants"][BASELINE]["median_s"] if "ort" in r
+                                 else np.nan for r in shown]
+    x = np.arange(len(shown))
+    width = 0.8 / max(1, len(values))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(shown) + 2), 4.5))
+    for i, (name, ys) in enumerate(values.items()):
+        bars = ax.bar(x + (i - (len(values) - 1) / 2) * width, ys, width, label=name,
+                      hatch="//" if name == "onnxruntime" else None)
+        for bar, row in zip(bars, shown):  # a program shared with an earlier variant: say which
+            shared = row["variants"].get(name, {}).get("same_as")
+            if shared:
+                ax.annotate(f"= {shared}", (bar.get_x() + bar.get_width() / 2, 0.02), rotation=90, ha="center",
+                            va="bottom", fontsize=7)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(x, [row_label(r) for r in shown], rotation=30, ha="right")
+    ax.set_ylabel("time / TVM opt_level 3 time (below 1: faster)")
+    ax.set_title("Real models: EqSatPass variants vs TVM opt_level 3")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def machine(args, py: Path | None) -> dict:
+    """common.machine_info() plus the CPU model, thread counts, cost settings and versions."""
+    import importlib.metadata as md
+
+    info = common.machine_info()
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu_model"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
+    except OSError:
+        info["cpu_model"] = None
+    info["threads"] = args.threads
+    info["TVM_NUM_THREADS"] = os.environ.get("TVM_NUM_THREADS")
+    info["ignore_shipped"] = bool(args.ignore_shipped)
+    info["versions"] = {pkg: _version(md, pkg) for pkg in ("hhb-tvm", "onnx", "numpy", "relay-eqsat")}
+    info["export_venv"] = export_versions(py)
+    return info
+
+
+def _version(md, pkg: str) -> str | None:
+    try:
+        return md.version(pkg)
+    except md.PackageNotFoundError:
+        return None
+
+
+def main(argv=None) -> list[dict]:
+    args = parse_args(argv)
+    # before TVM's runtime starts its thread pool and before the cost model opens its database
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    tmp = Path(tempfile.mkdtemp(prefix="real_models_"))
+    cost_db = Path(args.cost_db) if args.cost_db else tmp / "costs.sqlite"
+    os.environ["RELAY_EQSAT_COST_DB"] = str(cost_db)
+    if args.ignore_shipped:
+        os.environ["RELAY_EQSAT_IGNORE_SHIPPED"] = "1"
+    out = Path(args.out)
+    rows: list[dict] = []
+    try:
+        py = None
+        if args.model_list:
+            try:
+                py = ensure_export_venv()
+            except Exception as e:  # noqa: BLE001 - the zoo rows still run
+                print(f"export venv unavailable: {common_error(e)}", flush=True)
+        info = machine(args, py)
+        print(f"{info.get('cpu_model')}, {info.get('target')}, {args.threads} thread(s); cost database {cost_db}",
+              flush=True)
+        jobs = [(m, lambda m=m: onnx_row(m, py, tmp, args)) for m in args.model_list]
+        jobs += [(f"zoo:{n}", lambda n=n, s=s: zoo_row(n, s, args)) for n, s in args.zoo_list]
+        for label, job in jobs:
+            print(f"== {label}", flush=True)
+            rows.append(job())
+            if "error" in rows[-1]:
+                print(f"  failed: {rows[-1]['error']}", flush=True)
+            common.write_json(out, {"machine": info, "args": vars(args),
+                                    "cost_db": str(cost_db), "rows": rows})
+        print()
+        common.print_table(HEADERS, table_rows(rows),
+                           title=f"Real models, {args.threads} thread(s): median of {args.rounds} paired rounds; "
+                                 "ratio = median per-round time / opt3's (below 1: faster); errors relative to "
+                                 f"max(1, max|ref|), pass <= {RTOL:g}")
+        for line in notes(rows):
+            print(line)
+        png = plot_ratios(rows, out.with_suffix(".png"))
+        if png:
+            print(f"wrote {png}")
+    finally:
+        if args.keep_cost_db and not args.cost_db:
+            print(f"cost database kept: {cost_db}")
+            for f in tmp.glob("*.npz"):
+                f.unlink()
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Calibrating a cost model on a CPU it has no data for: measure the kernels a decision rests on.
+
+With no measurements shipped for the host and no learned model trained on it,
+kernel costs come from another CPU's model, whose predictions keep their
+ranking but not their scale: far too coarse to trust a gain of a few percent.
+A ``Calibrator`` measures, on this machine, the kernels of the programs being
+compared (the optimizer's input and its candidate), within a time limit, with
+a progress bar; every result goes to the sqlite cost database as it arrives
+(a later run on the same model finds them there and measures nothing) and
+into the cost model, so re-extraction and the keep-or-not decision rest on
+this CPU's numbers. Measuring runs in the ``Measurer``'s worker process: this
+module imports no TVM.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass
+from typing import Iterable
+
+from ..graph import TensorGraph
+from .instance import OpInstance, instances_from_graph, unique
+from .measure import BackendUnavailable, MeasureConfig, Measurer
+
+log = logging.getLogger(__name__)
+
+#: how kernels are timed while calibrating: shorter than `relay-eqsat measure`'s defaults (a user is
+#: waiting), long enough that a kernel's median is stable to a few percent
+CALIBRATION_CONFIG = MeasureConfig(repeat=5, min_repeat_ms=20.0, warmup=2, timeout_s=60.0, startup_s=60.0)
+
+
+@dataclass
+class CalibrationReport:
+    """What a calibration measured (attached to the optimizer's report as ``calibration``)."""
+
+    target: str = ""
+    db: str = ""
+    measured: int = 0      # kernels measured in this run
+    reused: int = 0        # kernels found in the cost database (measured by an earlier run)
+    failed: int = 0        # kernels that could not be built or timed alone (their cost stays predicted)
+    unmeasured: int = 0    # kernels left unmeasured when the time limit ran out
+    seconds: float = 0.0   # time spent measuring
+    rounds: int = 0        # measure-and-re-extract rounds
+    error: str = ""        # why nothing could be measured, if so
+
+    @property
+    def complete(self) -> bool:
+        """Every kernel of the compared programs has a measured (or failed) time."""
+        return self.unmeasured == 0 and not self.error
+
+    def to_dict(self) -> dict:
+        return dict(asdict(self), complete=self.complete)
+
+    def summary(self) -> str:
+        if self.error:
+            return f"kernels not measured ({self.error})"
+        text = f"{self.measured} kernels measured in {self.seconds:.1f} s, {self.reused} reused from earlier runs"
+        if self.failed:
+            text += f", {self.failed} failed to build alone (predicted)"
+        if self.unmeasured:
+            text += f", {self.unmeasured} left unmeasured (time limit)"
+        return text
+
+
+class Calibrator:
+    """Measures the kernels of given graphs for ``cost_model`` (a CostModel of kind auto or
+    measured), within ``time_limit`` seconds over all its calls."""
+
+    def __init__(self, cost_model, time_limit: float = 300.0, progress: bool | None = None,
+                 config: MeasureConfig | None = None):
+        self.cost_model = cost_model
+        self.deadline = time.monotonic() + time_limit
+        self.progress = progress
+        self.config = config or CALIBRATION_CONFIG
+        cache = cost_model.cache
+        self.report = CalibrationReport(target=str(cost_model.target), db=str(cache.path) if cache else "")
+        self._attempted: set[tuple] = set()
+        self._seen: set[tuple] = set()
+        self._measurer: Measurer | None = None
+
+    def pending(self, graphs: Iterable[TensorGraph]) -> list[OpInstance]:
+        """The distinct kernels of ``graphs`` with neither a measured time nor a failed attempt
+        (kernels seen for the first time with a measured time count as reused)."""
+        todo = []
+        for inst in unique(inst for g in graphs for inst in instances_from_graph(g)):
+            key = inst.key()
+            measured = self.cost_model.is_measured(inst)
+            if key not in self._seen:
+                self._seen.add(key)
+                self.report.reused += measured
+            if not measured and key not in self._attempted:
+                todo.append(inst)
+        return todo
+
+    def measure(self, graphs: Iterable[TensorGraph]) -> int:
+        """Measure the pending kernels of ``graphs`` (until the deadline); returns how many
+        kernel times the cost model gained."""
+        todo = self.pending(graphs)
+        if not todo or self.report.error:
+            return 0
+        self.report.rounds += 1
+        if time.monotonic() >= self.deadline:
+            self.report.unmeasured += len(todo)
+            return 0
+        if self.cost_model.cache is None or self.cost_model.backend is None:
+            self.report.error = "the cost model has no database or no measuring backend"
+            return 0
+        t0 = time.perf_counter()
+        try:
+            if self._measurer is None:
+                self._measurer = Measurer(self.cost_model.target, self.cost_model.backend, self.config,
+                                          self.cost_model.cache)
+            results = self._measurer.measure_many(todo, progress=self.progress, deadline=self.deadline,
+                                                  desc="relay-eqsat: measuring kernels")
+        except BackendUnavailable as e:
+            self.report.error = str(e)
+            return 0
+        finally:
+            self.report.seconds += time.perf_counter() - t0
+        times = {}
+        for res in results:
+            self._attempted.add(res.instance.key())
+            if res.ok:
+                times[res.instance.key()] = res.seconds
+                if res.cached:  # written by another process since the model read the database
+                    self.report.reused += 1
+                else:
+                    self.report.measured += 1
+            else:
+                self.report.failed += 1
+        self.report.unmeasured += len(todo) - len(results)
+        self.cost_model.add_measurements(times)
+        return len(times)
+
+    def close(self) -> CalibrationReport:
+        """Stop the measuring worker and tell the user what was measured and where it is kept."""
+        if self._measurer is not None:
+            self._measurer.close()
+            self._measurer = None
+        rep = self.report
+        if rep.measured:
+            log.warning("relay-eqsat: no cost data shipped for this CPU (%s): %s; cached in %s, where later "
+                        "runs find them", rep.target, rep.summary(), rep.db)
+        elif rep.error:
+            log.warning("relay-eqsat: no cost data shipped for this CPU (%s), and %s", rep.target, rep.summary())
+        elif rep.rounds:
+            log.info("relay-eqsat: %s", rep.summary())
+        return rep

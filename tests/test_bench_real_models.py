@@ -1,0 +1,172 @@
+"""bench/real_models.py without the export venv: command line, inputs, dedup, table/JSON/plot, and
+the variants of a tiny Relay program built, timed and checked against numpy."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+real_models = pytest.importorskip("real_models")
+common = pytest.importorskip("common")
+
+
+def _tiny(bias: np.ndarray, scale: float | None = None):
+    """relu(x + bias) (times ``scale`` if given), a bound module."""
+    import tvm
+    from tvm import relay
+
+    x = relay.var("x", shape=(2, 8), dtype="float32")
+    y = relay.nn.relu(relay.add(x, relay.const(bias)))
+    if scale is not None:
+        y = relay.multiply(y, relay.const(np.float32(scale)))
+    return relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
+
+
+def test_parse_args_defaults_and_quick():
+    args = real_models.parse_args(["--quick", "--models", "squeezenet1_1", "--variants", "default", "--zoo", ""])
+    assert (args.rounds, args.min_repeat_ms) == (3, 50)
+    assert args.model_list == ["squeezenet1_1"]
+    assert args.variant_list == ["opt3", "default"]  # the baseline always runs
+    assert args.zoo_list == []
+    full = real_models.parse_args([])
+    assert (full.rounds, full.min_repeat_ms, full.threads) == (9, 200, 1)
+    assert full.model_list == list(real_models.REAL_MODELS) and "bert" in full.model_list
+    assert full.variant_list == list(real_models.VARIANTS)
+    assert full.zoo_list == [("nasrnn", False), ("nasnet_a", True)]
+
+
+@pytest.mark.parametrize("argv", [["--models", "resnet18"], ["--variants", "fast"], ["--zoo", "nasrnn:huge"],
+                                  ["--zoo", "nosuchmodel"], ["--threads", "0"]])
+def test_parse_args_rejects_bad_values(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        real_models.parse_args(argv)
+    assert e.value.code == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_zoo_specs_small_from_flags():
+    assert real_models.zoo_specs("nasrnn,nasnet_a", small_models="nasnet_a") == [("nasrnn", False),
+                                                                                 ("nasnet_a", True)]
+    assert real_models.zoo_specs("nasrnn", small=True) == [("nasrnn", True)]
+
+
+def test_inputs_follow_the_specs():
+    specs = real_models.export_onnx.MODELS["bert"] + [{"name": "img", "shape": [1, 3], "dtype": "float32"}]
+    a, b = real_models.make_inputs(specs, seed=0), real_models.make_inputs(specs, seed=0)
+    assert set(a) == {"input_ids", "attention_mask", "img"}
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])  # seeded
+    assert a["input_ids"].dtype == np.int64 and a["input_ids"].shape == (1, 128)
+    assert a["input_ids"].max() < 30522 and a["input_ids"].max() > 4  # the whole vocabulary, not [0, 4)
+    assert set(np.unique(a["attention_mask"])) == {0, 1}
+    assert a["img"].dtype == np.float32
+    assert real_models.shapes_arg(specs) == "input_ids:[1,128] attention_mask:[1,128] img:[1,3]"
+
+
+def test_same_program_ignores_the_report_attribute():
+    from relay_eqsat.passes.eqsat_pass import REPORT_ATTR
+
+    bias = np.arange(8, dtype=np.float32)
+    a, b = _tiny(bias), _tiny(bias)
+    assert real_models.same_program(a, a) and real_models.same_program(a, b)
+    import tvm
+
+    tagged = tvm.IRModule.from_expr(b["main"].with_attr(REPORT_ATTR, '{"total_time": 1.0}'))
+    assert real_models.same_program(a, tagged)
+    assert not real_models.same_program(a, _tiny(bias + 1))  # constants' values count
+    assert not real_models.same_program(a, _tiny(bias, scale=2.0))
+
+
+def test_dedup_keeps_the_first_of_each_program():
+    bias = np.zeros(8, dtype=np.float32)
+    base = _tiny(bias)
+    mods = {"opt3": base, "default": base, "default_rerun": _tiny(bias, 3.0), "check_runtime": _tiny(bias),
+            "trust_model": _tiny(bias, 3.0)}
+    assert real_models.dedup(mods) == {"opt3": "opt3", "default": "opt3", "default_rerun": "default_rerun",
+                                       "check_runtime": "opt3", "trust_model": "default_rerun"}
+
+
+def test_run_variants_shares_identical_programs_and_checks_outputs(monkeypatch, tmp_path):
+    """The variants of relu(x + b): each distinct program built once, timed in paired rounds,
+    compared with a numpy reference (the role onnxruntime plays)."""
+    monkeypatch.setenv("RELAY_EQSAT_COST_DB", str(tmp_path / "costs.sqlite"))
+    bias = np.linspace(-1, 1, 8, dtype=np.float32)
+    bound = _tiny(bias)
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    reference = [np.maximum(x + bias, 0)]
+    args = real_models.parse_args(["--rounds", "3", "--min-repeat-ms", "1", "--zoo", ""])
+    records = real_models.run_variants(bound, {"x": x}, ["opt3", "trust_model"], args, reference)
+    assert list(records) == ["opt3", "trust_model"]
+    base, trust = records["opt3"], records["trust_model"]
+    assert base["ratio_vs_opt3"] == 1.0 and base["rounds"] == 3 and len(base["samples_s"]) == 3
+    assert base["max_err_vs_ort"] <= 1e-6 and base["ok_vs_ort"] and base["max_err_vs_opt3"] == 0.0
+    assert "error" not in trust, trust
+    assert trust["max_err_vs_ort"] <= 1e-4 and trust["ok_vs_ort"]
+    if trust["same_as"] == "opt3":  # nothing cheaper: built and timed once, the measurement shared
+        assert not trust["changed"] and trust["samples_s"] == base["samples_s"]
+        assert trust["build_time"] == base["build_time"]
+    else:
+        assert trust["changed"] and trust["same_as"] is None
+
+
+def _synthetic_rows():
+    timed = {"median_s": 2e-3, "samples_s": [2e-3] * 3, "ratio_vs_opt3": 1.0, "wins": 0, "rounds": 3,
+             "max_err_vs_opt3": 0.0}
+    shared = {**timed, "max_err_vs_ort": 3e-7, "ok_vs_ort": True}
+    return [
+        {"model": "squeezenet1_1", "kind": "onnx", "ort": {"median_s": 1.5e-3},
+         "variants": {
+             "opt3": {**shared, "opt_time": 0.0, "build_time": 4.0, "same_as": None, "changed": False},
+             "default": {**shared, "opt_time": 12.5, "build_time": 4.0, "same_as": "opt3", "changed": False,
+                         "predicted_speedup": 1.0, "reason": "no gain above min_gain", "rules_fired": {},
+                         "calibration": {"measured": 3, "reused": 0, "seconds": 1.25, "error": ""}},
+             "trust_model": {**shared, "median_s": 2.2e-3, "ratio_vs_opt3": 1.1, "wins": 1, "opt_time": 3.0,
+                             "build_time": 5.0, "same_as": None, "changed": True, "predicted_speedup": 1.2,
+                             "max_err_vs_ort": 2e-3, "ok_vs_ort": False, "options_missing": ["min_gain"]},
+             "check_runtime": {"error": "pass failed: RuntimeError: boom"}}},
+        {"model": "bert", "kind": "onnx", "error": "RuntimeError: export_onnx.py export failed: no torch"},
+        {"model": "zoo:nasnet_a", "kind": "zoo", "small": True,  # no onnxruntime: no error vs ORT
+         "variants": {"opt3": {**timed, "opt_time": 0.0, "build_time": 1.0, "same_as": None, "changed": False}}},
+    ]
+
+
+def test_table_rows_from_a_synthetic_result():
+    rows = real_models.table_rows(_synthetic_rows())
+    assert all(len(r) == len(real_models.HEADERS) for r in rows)
+    by = {(r[0], r[1]): r for r in rows}
+    opt3 = by[("squeezenet1_1", "opt3")]
+    assert opt3[6] == "2" and opt3[8] == "-" and opt3[10] == pytest.approx(1.5)  # ORT ms on the opt3 line
+    default = by[("squeezenet1_1", "default")]
+    assert default[5] == "= opt3" and default[6] == "2 (= opt3)" and default[10] is None
+    trust = by[("squeezenet1_1", "trust_model")]
+    assert trust[2] is True and trust[7] == 1.1 and trust[8] == "1/3" and trust[9] == 2e-3
+    assert by[("squeezenet1_1", "check_runtime")][2].startswith("failed: pass failed")
+    assert by[("bert", "-")][2].startswith("failed: RuntimeError")
+    assert by[("zoo:nasnet_a (small)", "opt3")][9] is None and by[("zoo:nasnet_a (small)", "opt3")][10] is None
+    text = common.print_table(real_models.HEADERS, rows)
+    assert "= opt3" in text and "zoo:nasnet_a (small)" in text
+
+
+def test_notes_name_reasons_calibration_missing_options_and_mismatches():
+    lines = real_models.notes(_synthetic_rows())
+    assert "squeezenet1_1 default: no gain above min_gain" in lines
+    assert "squeezenet1_1 default: calibration: measured 3, seconds 1.25" in lines
+    assert any("trust_model: EqSatPass has no option(s) min_gain" in ln for ln in lines)
+    assert any("trust_model: outputs differ from onnxruntime's" in ln for ln in lines)
+    assert not any("opt3: outputs differ" in ln for ln in lines)
+
+
+def test_json_and_plot_from_a_synthetic_result(tmp_path):
+    rows = _synthetic_rows()
+    out = common.write_json(tmp_path / "real_models.json", {"rows": rows})
+    back = json.loads(out.read_text())["rows"]
+    assert back[0]["variants"]["default"]["same_as"] == "opt3" and back[1]["error"].startswith("RuntimeError")
+    png = real_models.plot_ratios(rows, tmp_path / "real_models.png")
+    assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert real_models.plot_ratios([rows[1]], tmp_path / "none.png") is None  # nothing measured

@@ -1,0 +1,259 @@
+"""The pass's default is safe to switch on (issue 13): on the machine it builds for it keeps a
+result only if measured faster (after measuring the compared kernels when the CPU has no cost
+data of its own), remembers what it measured, and when cross-compiling requires a predicted gain
+beyond the cost model's calibrated error. Timers are replaced where a decision is tested: no
+timing assertions."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from relay_eqsat.cost import CostModel, FusionRule
+from relay_eqsat.cost.base import ANALYTIC_ERROR, FOREIGN_ERROR
+from relay_eqsat.graph import TensorGraph
+from relay_eqsat.optimize import optimize_graph
+
+tvm = pytest.importorskip("tvm")
+from tvm import relay  # noqa: E402
+
+from relay_eqsat.passes import EqSatPass, eqsat_pass  # noqa: E402
+from relay_eqsat.passes.target import build, host_target, run, runs_here  # noqa: E402
+
+pytestmark = pytest.mark.tvm
+
+ZNVER3 = "llvm -mtriple=x86_64-linux-gnu -mcpu=znver3"
+ARM = "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"
+
+
+@pytest.fixture
+def cost_db(tmp_path, monkeypatch):
+    path = tmp_path / "costs.sqlite"
+    monkeypatch.setenv("RELAY_EQSAT_COST_DB", str(path))
+    return path
+
+
+def parallel_dense_graph(n=3, units=96, width=64):
+    """x -> n dense layers on constant weights -> summed: merging them is a candidate."""
+    g = TensorGraph()
+    x = g.var("x", (1, width))
+    rng = np.random.default_rng(0)
+    outs = [g.add("nn.dense", [x, g.const(rng.standard_normal((units, width)).astype("float32"))],
+                  {"units": units}) for _ in range(n)]
+    s = outs[0]
+    for o in outs[1:]:
+        s = g.add("add", [s, o])
+    g.set_output(s)
+    return g
+
+
+def launch_heavy_model(db, target=None):
+    """A cost model that finds merging worthwhile: roofline kernels, a large per-kernel launch term."""
+    return CostModel("auto", target=target or host_target(), cache=str(db), learned=False,
+                     fusion=FusionRule(launch=20.0))
+
+
+# -- where a program can be timed -----------------------------------------------------------
+
+def test_runs_here():
+    assert runs_here(None) and runs_here(host_target())
+    assert not runs_here("llvm")          # plain llvm is riscv64 in this TVM
+    assert not runs_here("cuda")
+    assert not runs_here(ARM)
+    assert not runs_here("llvm -mtriple=x86_64-linux-gnu -mcpu=not-a-cpu")
+    assert not runs_here("not a target")
+    assert runs_here("llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64")  # every x86-64 runs baseline code
+
+
+def test_wins_needed_is_a_sign_test():
+    assert eqsat_pass.wins_needed(9) == 8 == eqsat_pass.RUNTIME_MIN_WINS
+    assert eqsat_pass.wins_needed(6) == 6
+    assert eqsat_pass.wins_needed(5) == 6  # no count of wins in 5 rounds is significant
+
+
+# -- what the decision rests on -------------------------------------------------------------
+
+def test_calibrated_error_and_host_data(monkeypatch, cost_db):
+    assert CostModel("analytic").calibrated_error() == ANALYTIC_ERROR
+    own = CostModel("auto", target=ZNVER3)  # measurements and a model shipped for this CPU
+    assert own.has_host_data and own.calibrated_error() == pytest.approx(0.142)
+    unseen = CostModel("auto", target="llvm -mtriple=x86_64-linux-gnu -mcpu=icelake-server")
+    assert not unseen.has_host_data and unseen.calibrated_error() == FOREIGN_ERROR
+    monkeypatch.setenv("RELAY_EQSAT_IGNORE_SHIPPED", "1")  # the unseen-CPU path on a CPU with data
+    hidden = CostModel("auto", target=ZNVER3)
+    assert not hidden.has_host_data and hidden.calibrated_error() == FOREIGN_ERROR
+
+
+class _Model:
+    kind, has_host_data = "auto", False
+
+    def calibrated_error(self):
+        return 0.4
+
+
+def _opts(**kw):
+    return {**eqsat_pass.DEFAULT_OPTIONS, **kw}
+
+
+def test_judge_on_this_machine():
+    j = eqsat_pass.judge(_opts(), _Model())
+    assert (j.check_runtime, j.calibrate, j.min_gain, j.fallback_gain) == (True, True, 0.0, 0.4)
+    own = _Model()
+    own.has_host_data = True
+    assert eqsat_pass.judge(_opts(), own).calibrate is False
+    j = eqsat_pass.judge(_opts(check_runtime="off", calibrate="off"), _Model())
+    assert (j.check_runtime, j.calibrate, j.min_gain) == (False, False, 0.4)
+    assert eqsat_pass.judge(_opts(check_runtime="off", min_gain=0.05), _Model()).min_gain == 0.05
+
+
+def test_judge_cross_compiling():
+    j = eqsat_pass.judge(_opts(target=ARM), _Model())
+    assert (j.check_runtime, j.calibrate, j.min_gain) == (False, False, 0.4)
+    assert "cross-compiling" in j.notes
+    with pytest.warns(UserWarning, match="cross-compiling"):
+        assert eqsat_pass.judge(_opts(target=ARM, check_runtime="on"), _Model()).check_runtime is False
+
+
+# -- the optimizer: min_gain and calibration ------------------------------------------------
+
+def test_min_gain_keeps_the_input_inside_the_error(cost_db):
+    g = parallel_dense_graph()
+    opts = {"final_extractor": "greedy-ocf", "node_limit": 2000}
+    out, rep = optimize_graph(g, opts, cost_model=launch_heavy_model(cost_db), min_gain=0.0)
+    assert rep.changed and rep.speedup > 1.2
+    predicted = rep.speedup
+    out, rep = optimize_graph(g, opts, cost_model=launch_heavy_model(cost_db), min_gain=predicted - 1 + 0.05)
+    assert not rep.changed
+    assert "within the cost model's error" in rep.reason
+
+
+def test_calibration_measures_the_compared_kernels_once(cost_db):
+    from relay_eqsat.cost import CostCache
+
+    g = parallel_dense_graph()
+    opts = {"final_extractor": "greedy-ocf", "node_limit": 2000}
+    out, rep = optimize_graph(g, opts, cost_model=launch_heavy_model(cost_db), calibrate=True)
+    cal = rep.info["calibration"]
+    assert cal["measured"] >= 2 and cal["complete"] and cal["db"] == str(cost_db)
+    assert CostCache(cost_db).count(target=host_target()) == cal["measured"]
+    x = {"x": np.random.default_rng(1).standard_normal((1, 64)).astype("float32")}
+    np.testing.assert_allclose(out.evaluate(x)[0], g.evaluate(x)[0], rtol=1e-4, atol=1e-4)
+    # a second run finds every kernel in the database and measures nothing
+    out2, rep2 = optimize_graph(g, opts, cost_model=launch_heavy_model(cost_db), calibrate=True)
+    cal2 = rep2.info.get("calibration", {"measured": 0, "reused": cal["measured"]})
+    assert cal2["measured"] == 0
+    assert rep2.cost_after == pytest.approx(rep.cost_after) and rep2.changed == rep.changed
+
+
+def test_calibration_stops_at_its_time_limit(cost_db):
+    g = parallel_dense_graph()
+    out, rep = optimize_graph(g, {"final_extractor": "greedy-ocf"}, cost_model=launch_heavy_model(cost_db),
+                              calibrate=True, calibrate_time_limit=1e-9)
+    cal = rep.info["calibration"]
+    assert cal["measured"] == 0 and cal["unmeasured"] > 0 and not cal["complete"]
+    out.validate()
+
+
+# -- the pass: runtime check by default, remembered verdicts, cross-compiling --------------
+
+def dense_net():
+    x = relay.var("x", shape=(1, 64))
+    ws = [relay.const(np.random.default_rng(k).standard_normal((96, 64)).astype("float32")) for k in range(3)]
+    ys = [relay.nn.dense(x, w) for w in ws]
+    return relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], ys[0] + ys[1] + ys[2])))
+
+
+def _copy_optimizer(graph, options):
+    return graph.compact(), {"changed": True, "reason": "test", "predicted_speedup": 1.01}
+
+
+def test_default_measures_and_remembers_a_rejection(monkeypatch, cost_db):
+    builds = []
+    real_build = eqsat_pass.build_and_run
+    monkeypatch.setattr(eqsat_pass, "build_and_run", lambda *a, **k: builds.append(1) or real_build(*a, **k))
+    monkeypatch.setattr(eqsat_pass, "optimize", _copy_optimizer)
+    monkeypatch.setattr(eqsat_pass, "time_rounds", lambda modules, **kw: [[1e-3] * 9, [2e-3] * 9])
+    mod = dense_net()
+    p = EqSatPass()
+    assert p(mod).same_as(mod)
+    assert "runtime measured" in p.last_report["judged_by"] and len(builds) == 2
+    assert "measured no faster" in p.last_report["reason"]
+
+    def no_search(graph, options):
+        raise AssertionError("searched again")
+
+    monkeypatch.setattr(eqsat_pass, "optimize", no_search)
+    q = EqSatPass()
+    assert q(mod).same_as(mod) and len(builds) == 2  # nothing searched, built or timed
+    assert q.last_report["runtime_check_cached"] and "remembered" in q.last_report["reason"]
+
+
+def test_default_remembers_a_measured_win(monkeypatch, cost_db):
+    builds = []
+    real_build = eqsat_pass.build_and_run
+    monkeypatch.setattr(eqsat_pass, "build_and_run", lambda *a, **k: builds.append(1) or real_build(*a, **k))
+    monkeypatch.setattr(eqsat_pass, "optimize", _copy_optimizer)
+    monkeypatch.setattr(eqsat_pass, "time_rounds", lambda modules, **kw: [[2e-3] * 9, [1e-3] * 9])
+    mod = dense_net()
+    out = EqSatPass()(mod)
+    assert not out.same_as(mod) and len(builds) == 2
+    q = EqSatPass()
+    out2 = q(mod)
+    assert not out2.same_as(mod) and len(builds) == 2 and q.last_report["runtime_check_cached"]
+    x = {"x": np.random.default_rng(2).standard_normal((1, 64)).astype("float32")}
+    np.testing.assert_allclose(run(build(out2), x)[0], run(build(mod), x)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_round_too_slow_to_time_falls_back_to_the_predicted_gain(monkeypatch, cost_db):
+    monkeypatch.setattr(eqsat_pass, "optimize", _copy_optimizer)
+    monkeypatch.setattr(eqsat_pass, "_one_run_seconds", lambda m: 100.0)
+    monkeypatch.setattr(eqsat_pass, "time_rounds", lambda *a, **k: pytest.fail("timed anyway"))
+    mod = dense_net()
+    p = EqSatPass()
+    assert p(mod).same_as(mod)
+    assert "do not fit in check_time_limit" in p.last_report["reason"]
+
+
+def test_cross_compiling_builds_nothing_and_needs_the_calibrated_gain(monkeypatch, cost_db):
+    monkeypatch.setattr(eqsat_pass, "build_and_run", lambda *a, **k: pytest.fail("built for another machine"))
+    mod = dense_net()
+    p = EqSatPass(target=ARM, final_extractor="greedy-ocf")
+    out = p(mod)
+    rep = p.last_report
+    assert "cross-compiling" in rep["judged_by"]
+    assert rep["info"]["min_gain"] == pytest.approx(FOREIGN_ERROR)
+    if not out.same_as(mod):  # kept only beyond the error
+        assert rep["predicted_speedup"] >= 1 + FOREIGN_ERROR
+
+
+def test_measurement_can_be_turned_off(monkeypatch, cost_db):
+    monkeypatch.setattr(eqsat_pass, "build_and_run", lambda *a, **k: pytest.fail("measured"))
+    p = EqSatPass(check_runtime="off", calibrate="off", min_gain=0.0, final_extractor="greedy-ocf")
+    p(dense_net())
+    assert "runtime not measured" in p.last_report["judged_by"]
+    assert "calibration" not in p.last_report["info"]
+
+
+# -- rules gated per device kind ------------------------------------------------------------
+
+def test_avoid_clause_gates_a_rule_per_device():
+    from relay_eqsat.rules import RuleSyntaxError, device_kind, parse_rules, rules_for_target
+
+    text = """
+    rule relu-relu
+      lhs (nn.relu (nn.relu ?x))
+      rhs (nn.relu ?x)
+      avoid gpu   # a made-up gate for the test
+      example ?x [2,3]
+    rule keep-me
+      lhs (nn.relu (nn.relu (nn.relu ?x)))
+      rhs (nn.relu ?x)
+      example ?x [2,3]
+    """
+    rules = parse_rules(text)
+    assert rules[0].avoid == ("gpu",) and rules[1].avoid == ()
+    assert (device_kind("cuda -arch=sm_80"), device_kind(host_target()), device_kind("hexagon")) == ("gpu", "cpu", None)
+    kept, avoided = rules_for_target(rules, "cuda")
+    assert [r.name for r in kept] == ["keep-me"] and avoided == ["relu-relu"]
+    assert len(rules_for_target(rules, host_target())[0]) == 2
+    with pytest.raises(RuleSyntaxError, match="avoid takes device kinds"):
+        parse_rules("rule r\n lhs (nn.relu ?x)\n rhs (nn.relu ?x)\n avoid tpu\n")
