@@ -31,6 +31,7 @@ import numpy as np
 import tvm
 from tvm import relay
 
+from relay_eqsat.cost.base import FOREIGN_ERROR
 from relay_eqsat.graph import TensorGraph, TensorType
 from relay_eqsat.optimize import OptimizeOptions, optimize_graph, resolve_cost, resolve_rules
 from relay_eqsat.options import DEFAULTS, OPTIONS, set_hook, validate
@@ -201,13 +202,6 @@ def optimize(graph: TensorGraph, options: Mapping[str, Any]) -> tuple[TensorGrap
 _OPTIMIZER_OPTIONS = frozenset(f.name for f in dataclasses.fields(OptimizeOptions))
 
 
-def _switch(value: Any) -> str:
-    """An auto/on/off option's value ("auto", "on" or "off"; booleans as on/off)."""
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return str(value)
-
-
 @dataclasses.dataclass
 class Judgement:
     """How the pass decides whether to keep its result, for one run.
@@ -231,7 +225,7 @@ def judge(opts: Mapping[str, Any], cost_model) -> Judgement:
     on this machine and what the cost model rests on)."""
     target = opts.get("target") or host_target()
     here = runs_here(target)
-    check = {"on": True, "off": False, "auto": here}[_switch(opts["check_runtime"])]
+    check = {"on": True, "off": False, "auto": here}[opts["check_runtime"]]
     notes = []
     if check and not here:
         warnings.warn(f"EqSatPass: check_runtime needs a target that runs on this machine, not {target!r} "
@@ -241,8 +235,10 @@ def judge(opts: Mapping[str, Any], cost_model) -> Judgement:
     kind = getattr(cost_model, "kind", None)
     measurable = here and kind in ("auto", "measured")
     calibrate = {"on": measurable, "off": False,
-                 "auto": measurable and not cost_model.has_host_data}[_switch(opts["calibrate"])]
-    error = cost_model.calibrated_error() if callable(getattr(cost_model, "calibrated_error", None)) else 0.5
+                 "auto": measurable and not cost_model.has_host_data}[opts["calibrate"]]
+    # a cost object of the user's own (no calibrated_error) is trusted as little as another CPU's model
+    error = (cost_model.calibrated_error() if callable(getattr(cost_model, "calibrated_error", None))
+             else FOREIGN_ERROR)
     fallback = float(opts["min_gain"]) if opts.get("min_gain") is not None else error
     if calibrate:
         notes.append("kernels measured on this machine")

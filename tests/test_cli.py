@@ -19,7 +19,9 @@ from relay_eqsat.passes.target import build, random_inputs, run  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 
-QUICK = ["--final-extractor", "greedy-ocf", "--repeat", "2", "--number", "1"]
+# the pass deciding without measuring (test_safe_default.py tests the measured default)
+QUICK = ["--final-extractor", "greedy-ocf", "--repeat", "2", "--number", "1", "--check-runtime=off", "--calibrate=off",
+         "--min-gain=0"]
 
 
 def onnx_model(path):

@@ -25,7 +25,9 @@ from relay_eqsat.passes.target import host_target  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 
-FAST = ["--eqsat-final-extractor", "greedy-ocf", "--eqsat-node-limit", "2000"]
+# the pass deciding without measuring (test_safe_default.py tests the measured default)
+TRUST = ["--eqsat-check-runtime", "off", "--eqsat-calibrate", "off", "--eqsat-min-gain", "0"]
+FAST = ["--eqsat-final-extractor", "greedy-ocf", "--eqsat-node-limit", "2000", *TRUST]
 
 
 # -- models ------------------------------------------------------------------------
