@@ -256,34 +256,17 @@ def _split(fe, call, ts):
 
 
 def _strided_slice(fe, call, ts):
+    """Relay's begin/end/strides/axes/slice_mode as given: ``ops.normalize_attrs``
+    resolves them the way Relay's type relation does (one implementation)."""
     a = call.attrs
-    shape = ts[0].shape
-    nd = len(shape)
     if a.begin is None or a.end is None:
         raise _NotModelled("dynamic strided_slice")
-    begin_in, end_in = _ints(a.begin), _ints(a.end)
-    size_mode = str(a.slice_mode) == "size"
-    strides_in = _ints(a.strides) if a.strides is not None and not size_mode else ()
-    axes = _ints(a.axes) if a.axes is not None else tuple(range(len(begin_in)))
-    if not (len(axes) == len(begin_in) == len(end_in)) or len(axes) > nd:
-        raise _NotModelled("strided_slice: begin/end/axes lengths")
-    begin, end, strides = [0] * nd, list(shape), [1] * nd
-    for k, ax in enumerate(axes):
-        ax = _axis(ax, nd)
-        dim = shape[ax]
-        s = strides_in[k] if k < len(strides_in) else 1
-        if s <= 0:
-            raise _NotModelled(f"stride {s}")
-        b = begin_in[k]
-        b = min(max(b + dim if b < 0 else b, 0), dim)
-        if size_mode:
-            e = dim if end_in[k] < 0 else b + end_in[k]
-        else:
-            e = end_in[k]
-            e = e + dim if e < 0 else e
-        e = min(max(e, b), dim)
-        begin[ax], end[ax], strides[ax] = b, e, s
-    return dict(begin=tuple(begin), end=tuple(end), strides=tuple(strides))
+    d = dict(begin=_ints(a.begin), end=_ints(a.end), slice_mode=str(a.slice_mode))
+    if a.strides is not None:
+        d["strides"] = _ints(a.strides)
+    if a.axes is not None:
+        d["axes"] = _ints(a.axes)
+    return d
 
 
 def _pad(fe, call, ts):
@@ -310,15 +293,10 @@ def _norm(fe, call, ts):
 
 
 def _mean(fe, call, ts):
+    """Relay's axis/keepdims/exclude as given: ``ops.normalize_attrs`` resolves them."""
     a = call.attrs
-    nd = ts[0].ndim
-    if a.axis is None or len(a.axis) == 0:
-        axes = set(range(nd))
-    else:
-        axes = {_axis(x, nd) for x in a.axis}
-    if bool(a.exclude):
-        axes = set(range(nd)) - axes
-    return dict(axis=tuple(sorted(axes)), keepdims=bool(a.keepdims))
+    return dict(axis=None if a.axis is None else _ints(a.axis), keepdims=bool(a.keepdims),
+                exclude=bool(a.exclude))
 
 
 # op name -> (attribute converter, number of leading args that are graph inputs
@@ -671,8 +649,57 @@ _BUILDERS: dict[str, Callable] = {
 }
 
 
+def _c_array(value) -> np.ndarray:
+    """``value`` as a C-contiguous array of the same shape (0-d stays 0-d,
+    unlike ``np.ascontiguousarray``, which makes it 1-d)."""
+    return np.asarray(value, order="C")
+
+
 def _relay_const(value: np.ndarray) -> relay.Constant:
-    return relay.Constant(tvm.nd.array(np.ascontiguousarray(value)))
+    return relay.Constant(tvm.nd.array(_c_array(value)))
+
+
+class IllTypedGraph(ValueError):
+    """A TensorGraph whose stored types disagree with what its nodes compute:
+    building Relay from it would hand TVM an ill-typed function."""
+
+
+def check_types(graph: TensorGraph, signature: Sequence[tuple[str, TensorType]] | None = None) -> None:
+    """Raise :class:`IllTypedGraph` unless every node the output needs is
+    well typed: a modelled node's stored type is what ``ops.infer_type``
+    gives for its inputs' types, a constant's value has its node's shape and
+    dtype, an opaque node's inputs have the types its call had in the input
+    program (Relay gave it its output type there) and a ``var`` has its
+    signature's type. TVM-free: run before any Relay is built."""
+    sig = dict(signature) if signature is not None else None
+    for i in graph.reachable():
+        n = graph[i]
+        in_types = [graph[j].type for j in n.inputs]
+        where = f"node {i} ({n.op if n.op != 'opaque' else n.attrs.get('name', 'opaque')})"
+        if n.op == "opaque":
+            payload = graph.opaque.get(n.attrs["key"])
+            if not isinstance(payload, OpaqueCall):
+                raise IllTypedGraph(f"{where}: no Relay call for opaque key {n.attrs['key']}")
+            if tuple(in_types) != tuple(payload.in_types):
+                raise IllTypedGraph(f"{where}: inputs {in_types}, but the call was typed for "
+                                    f"{list(payload.in_types)}")
+            if n.type != payload.out_type:
+                raise IllTypedGraph(f"{where}: type {n.type}, but the call gives {payload.out_type}")
+            continue
+        try:
+            inferred = ops.infer_type(n.op, n.attrs, in_types)
+        except ValueError as e:
+            raise IllTypedGraph(f"{where}: {e}") from None
+        if inferred != n.type:
+            raise IllTypedGraph(f"{where}: stored type {n.type}, but its inputs {in_types} give {inferred}")
+        if n.op == "constant":
+            value = graph.constants.get(n.attrs["name"])
+            if value is None:
+                raise IllTypedGraph(f"{where}: constant {n.attrs['name']!r} has no value")
+            if tuple(value.shape) != n.type.shape or str(value.dtype) != n.type.dtype:
+                raise IllTypedGraph(f"{where}: value {value.dtype}{list(value.shape)} for type {n.type}")
+        elif n.op == "var" and sig is not None and n.attrs["name"] in sig and sig[n.attrs["name"]] != n.type:
+            raise IllTypedGraph(f"{where}: type {n.type}, but the signature says {sig[n.attrs['name']]}")
 
 
 def to_relay(graph: TensorGraph, signature: Sequence[tuple[str, TensorType]] | None = None,
@@ -683,7 +710,11 @@ def to_relay(graph: TensorGraph, signature: Sequence[tuple[str, TensorType]] | N
     (name, type) pairs when given (to keep the original function's signature
     even when the graph no longer uses some parameter). ``attrs`` are the
     function attributes to keep.
+
+    Types are checked first (:func:`check_types`): an ill-typed graph raises
+    :class:`IllTypedGraph` before any Relay is built.
     """
+    check_types(graph, signature)
     params: dict[str, relay.Var] = {}
     if signature is not None:
         for name, t in signature:
@@ -703,6 +734,8 @@ def to_relay(graph: TensorGraph, signature: Sequence[tuple[str, TensorType]] | N
             e = params[name]
         elif n.op == "constant":
             e = _relay_const(graph.constants[n.attrs["name"]])
+            if tuple(e.data.shape) != n.type.shape:  # e.g. a 0-d array made 1-d
+                raise IllTypedGraph(f"node {i}: constant of type {n.type} built as shape {list(e.data.shape)}")
         elif n.op == "tuple":
             e = relay.Tuple(xs)
         elif n.op == "tuple_get_item":
@@ -748,7 +781,7 @@ def opaque_evaluator(target: str | None = None) -> Callable[[OpaqueCall, list], 
             m = _executor(build(func, target=tgt))
             entries.append((func, m))
         for k, v in enumerate(inputs):
-            m.set_input(f"p{k}", np.ascontiguousarray(v))
+            m.set_input(f"p{k}", _c_array(v))
         m.run()
         outs = [m.get_output(k).numpy() for k in range(m.get_num_outputs())]
         return tuple(outs) if isinstance(payload.out_type, TupleType) else outs[0]

@@ -58,6 +58,7 @@ attribute without a default is a ``ShapeError`` naming it.
 ``normalize_attrs`` turns Relay-style attributes (negative axes, ``None``,
 short padding forms, reshape codes, ``indices_or_sections``, slice ``axes``
 and ``slice_mode``...) into the canonical form above and drops the rest.
+An ``out_dtype`` equal to the input's dtype becomes "".
 Canonical axes are non-negative, so softmax/layer_norm (Relay default -1)
 and mean have no ``axis`` default: ``normalize_attrs`` supplies it.
 
@@ -830,11 +831,13 @@ def _slice_normalize(op, raw, ins):
         s = int(strides[j]) if j < len(strides) and mode == "end" else 1
         if s < 1:
             raise ShapeError(f"{op}: stride {s} on axis {ax}: only positive strides are modelled")
-        b = _clamp_index(begin[j], dim) if j < len(begin) and begin[j] is not None else 0
-        e = end[j] if j < len(end) and end[j] is not None else dim
-        if mode == "size":
-            e = dim if e < 0 else b + e
-        canon[0][ax], canon[1][ax], canon[2][ax] = b, _clamp_index(e, dim), s
+        b = int(begin[j]) if j < len(begin) and begin[j] is not None else 0
+        e = dim
+        if j < len(end) and end[j] is not None:
+            e = int(end[j])
+            if mode == "size":  # as in Relay: the size counts from the begin as given, negative or not
+                e = dim if e < 0 else b + e
+        canon[0][ax], canon[1][ax], canon[2][ax] = _clamp_index(b, dim), _clamp_index(e, dim), s
     raw["begin"], raw["end"], raw["strides"] = map(tuple, canon)
     return raw
 
@@ -974,6 +977,8 @@ def _mean_normalize(op, raw, ins):
     axes = {_wrap_axis(op, v, n) for v in ((axis,) if _is_int(axis) else axis or ())}
     if raw.pop("exclude", False) and axes:
         axes = set(range(n)) - axes
+        if not axes:  # Relay: the input unchanged (no mean has an empty axis tuple)
+            raise ShapeError(f"{op}: exclude of every axis reduces nothing")
     raw["axis"] = tuple(sorted(axes or range(n)))
     return raw
 
@@ -1027,4 +1032,6 @@ def normalize_attrs(op: str, attrs: Mapping, input_types: Sequence[Type]) -> Att
         if k not in raw:
             raise ShapeError(f"{op}: missing required attribute {k!r}")
         out[k] = raw[k]
+    if out.get("out_dtype") and input_types and getattr(input_types[0], "dtype", None) == out["out_dtype"]:
+        out["out_dtype"] = ""  # "the input's dtype" has one spelling, as the frontend writes it
     return Attrs(out)

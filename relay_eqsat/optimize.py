@@ -210,6 +210,7 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     else:
         rep.stop_reason = "no search"
     rep.egraph_nodes, rep.egraph_classes = egraph.num_nodes, egraph.num_classes
+    rep.info["type_mismatch"] = egraph.type_mismatches  # rule applications skipped: right side's type differs
 
     te = time.perf_counter()
     extractor = get_extractor(opts.final_extractor)

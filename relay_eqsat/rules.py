@@ -92,12 +92,15 @@ from __future__ import annotations
 
 import importlib.resources
 import itertools
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from . import ops
 from .graph import Attrs, TensorType, TupleType, _freeze
+
+log = logging.getLogger(__name__)
 
 
 class RuleSyntaxError(ValueError):
@@ -835,14 +838,14 @@ class Rule:
             return False
 
     # -- instantiation --------------------------------------------------
-    def instantiate(self, env: dict, type_of, const_of, add) -> list:
+    def instantiate(self, env: dict, type_of, const_of, add, out_types: list | None = None) -> list:
         """Build the targets: returns one handle per output.
 
         ``env`` binds class variables to handles and attribute variables to
         values; ``type_of(handle)``/``const_of(handle)`` describe handles;
         ``add(op, attrs, child_handles) -> handle`` creates nodes. All new
         nodes are typed first (``ops.infer_type``), so a ShapeError leaves
-        nothing added.
+        nothing added. ``out_types``, when given, receives each output's type.
         """
         pending = []  # (op, attrs, children refs); ref = ("h", handle) | ("p", index)
         ptypes = []
@@ -883,6 +886,8 @@ class Rule:
             outs = [plan(t) for t in self.rhs]
         except (KeyError, IndexError, TypeError, ZeroDivisionError) as e:
             raise ops.ShapeError(f"rule {self.name}: {e}") from e
+        if out_types is not None:
+            out_types.extend(ref_type(o) for o in outs)
         handles = []
         for op, a, kids in pending:
             handles.append(add(op, a, [k[1] if k[0] == "h" else handles[k[1]] for k in kids]))
@@ -891,9 +896,15 @@ class Rule:
 
     # -- memoized application -------------------------------------------
     def plan(self, raw: dict, type_of, const_of):
-        """What applying the raw environment ``raw`` adds: ``(steps, outs)`` or None.
+        """What applying the raw environment ``raw`` adds: ``(steps, outs)``, None or False.
 
-        None when a precondition fails or a new node does not type-check.
+        None when a precondition fails or a new node does not type-check;
+        :data:`TYPE_MISMATCH` (False) when an output's type differs from its
+        root class's (``("root", i)`` in ``raw``): merging them would break
+        the e-graph's one-type-per-class invariant, so the application is
+        skipped (and counted in ``EGraph.type_mismatches``). The roots' types
+        follow from the bound classes' types and the attributes (a class's
+        nodes all have its type), so memoizing on those stays valid.
         ``steps`` are ``(op id, attrs id, children)`` in creation order and
         ``outs`` one reference per output; a reference is a class id (>= 0) or
         ``-(i + 1)`` for the node created by step ``i``. The plan depends only
@@ -910,10 +921,19 @@ class Rule:
         def record(op, attrs, children):
             steps.append((op_id(op), attrs_id(attrs), tuple(children)))
             return -len(steps)
+        out_types: list = []
         try:
-            outs = self.instantiate(env, type_of, const_of, record)
+            outs = self.instantiate(env, type_of, const_of, record, out_types)
         except ops.ShapeError:
             return None
+        for i, t in enumerate(out_types):
+            root = raw.get(("root", i))
+            if root is not None and type_of(root) != t:
+                if self.name not in _MISMATCH_LOGGED:
+                    _MISMATCH_LOGGED.add(self.name)
+                    log.warning("rule %s (%s): right side %d has type %s, the matched class %s; "
+                                "application skipped", self.name, self.origin or "?", i, t, type_of(root))
+                return TYPE_MISMATCH
         return tuple(steps), tuple(outs)
 
 
@@ -1205,6 +1225,9 @@ def apply_matches(egraph, rule: Rule, envs: list[dict], cycle_check=None, node_l
             plans[key] = plan
         if plan is None:
             continue
+        if plan is TYPE_MISMATCH:
+            egraph.type_mismatches += 1
+            continue
         if apply_plan(plan[0], plan[1], roots):
             fired += 1
     return fired
@@ -1314,6 +1337,9 @@ def apply_search_matches(egraph, rule: Rule, matches: Sequence[list[tuple]] | No
 
 _NO_PLAN = object()
 _PLAN_CACHE_SIZE = 500_000
+TYPE_MISMATCH = False
+"""``Rule.plan``'s value for an application whose right side's type differs from the matched class's."""
+_MISMATCH_LOGGED: set = set()  # rule names already warned about
 
 
 # ---------------------------------------------------------------------------

@@ -224,6 +224,9 @@ cdef class EGraph:
 
     Class ids and node ids are ints. A class id stays valid after merges
     (``find`` gives its representative). Node ids are the insertion order.
+    ``type_mismatches`` counts rule applications skipped because their
+    right-hand side's type differs from the matched class's (see
+    ``apply_matches_planned``; ``union`` itself refuses such merges).
     """
 
     # nodes
@@ -266,6 +269,7 @@ cdef class EGraph:
     cdef public dict constants
     cdef public dict opaque
     cdef public object last_problem
+    cdef public Py_ssize_t type_mismatches
     cdef object cost_owner   # the cost table ``n_cost`` was filled from
 
     def __cinit__(self, *args, **kwargs):
@@ -293,6 +297,7 @@ cdef class EGraph:
         self.constants = {}
         self.opaque = {}
         self.last_problem = None
+        self.type_mismatches = 0
         self.cost_owner = None
 
     def __dealloc__(self):
@@ -396,6 +401,7 @@ cdef class EGraph:
         g.constants = dict(self.constants)
         g.opaque = dict(self.opaque)
         g.last_problem = None
+        g.type_mismatches = self.type_mismatches
         return g
 
     def __copy__(self):
@@ -659,8 +665,11 @@ cdef class EGraph:
         as ``PLACEHOLDER + i``; they are memoized in ``plans`` on the values at
         ``other_pos``, the types/constness of the classes at ``cls_pos`` and
         their order pattern, i.e. on all a rule's preconditions and right-hand
-        side can observe. Stops at ``node_limit`` nodes (-1: none). ``fired``
-        counts applications that changed the e-graph.
+        side can observe. A plan is None (a precondition fails or a new node
+        does not type-check: skipped) or False (its outputs' types differ from
+        the roots' classes: skipped and counted in ``type_mismatches``).
+        Stops at ``node_limit`` nodes (-1: none). ``fired`` counts
+        applications that changed the e-graph.
         """
         cdef Py_ssize_t fired = 0, filtered = 0, i, j, r, ncls = len(cls_pos), nout = len(rhs_pos)
         cdef Py_ssize_t noth = len(other_pos), nd
@@ -726,6 +735,9 @@ cdef class EGraph:
                     plans.clear()
                 plans[key] = plan
             if plan is None:
+                continue
+            if plan is False:
+                self.type_mismatches += 1
                 continue
             if self._apply_template(<tuple> plan[0], <tuple> plan[1], list(m[:nroots]), classes):
                 fired += 1
