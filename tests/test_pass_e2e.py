@@ -176,11 +176,11 @@ def test_params_option_binds_weights_and_logs(caplog):
     assert eqsat.last_report["changed"]
     assert any("EqSatPass: changed" in r.getMessage() and "rule applications" in r.getMessage()
                for r in caplog.records)
-    # the rules that need constant weights, e.g. concat-conv-weights: (const ?w), fire only when bound
-    assert eqsat.last_report["rules_fired"]["concat-conv-weights"] > 0
+    # the rules that need constant weights, e.g. conv-enlarge-1x1: (const ?w), fire only when bound
+    assert eqsat.last_report["rules_fired"]["conv-enlarge-1x1"] > 0
     unbound = EqSatPass(**FAST)
     unbound(mod)
-    assert unbound.last_report["rules_fired"]["concat-conv-weights"] == 0
+    assert unbound.last_report["rules_fired"]["conv-enlarge-1x1"] == 0
     assert unbound.last_report["cost_after"] > eqsat.last_report["cost_after"]
     # the lazily exported name is the same pass
     import relay_eqsat

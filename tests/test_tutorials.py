@@ -32,9 +32,12 @@ def _float(pattern, text):
 
 def test_01_quickstart():
     text = run_tutorial("01_quickstart.py", "--small")
-    assert "changed: True" in text
+    # the default decides by measuring on this machine: whether it keeps a rewrite depends on the CPU
+    assert re.search(r"changed: (True|False) \(", text)
+    assert "judged by: " in text and "runtime measured on this machine" in text
     assert "node limit 5000 (from the PassContext)" in text
-    assert "report attached to main" in text
+    if "changed: True" in text:
+        assert "report attached to main" in text
     assert _float(r"max relative output error: (\S+)", text) <= 1e-4
     assert _float(r"measured runtime: (\S+) ms", text) > 0
 

@@ -11,8 +11,11 @@ Steps:
    the Sequential runs it at any PassContext opt_level. Options can also come
    from the context: ``PassContext(config={"relay.eqsat.node_limit": 2000})``.
 3. Read what it did: ``eqsat.last_report`` (rules fired, e-graph size, stop
-   reason, predicted cost before/after, times), also attached to the optimized
-   ``main`` as the function attribute ``relay_eqsat.report`` (JSON).
+   reason, predicted cost before/after, times, and ``judged_by``: by default
+   the pass keeps its result only if it was measured faster on this machine,
+   after measuring the compared kernels on a CPU it has no cost data for),
+   also attached to an optimized ``main`` as the function attribute
+   ``relay_eqsat.report`` (JSON).
 4. Build the original and the optimized program with ``relay.build`` at
    opt_level 3 for the host CPU (``host_target()``: this TVM build's plain
    ``llvm`` means riscv64), run both on the same random input and compare
@@ -53,6 +56,8 @@ def main():
     rep = eqsat.last_report
     fired = {k: v for k, v in rep["rules_fired"].items() if v}
     print(f"changed: {rep['changed']} ({rep['reason']})")
+    # safe by default: on this machine the result is kept only if measured faster (see the README)
+    print(f"judged by: {rep['judged_by']}")
     print(f"search stopped: {rep['stop_reason']}, e-graph {rep['egraph_nodes']} nodes, "
           f"node limit {eqsat.last_options['node_limit']} (from the PassContext)")
     print(f"rules fired: {fired}")
