@@ -157,6 +157,7 @@ CALIBRATION_ROUNDS = 3
 def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, Any] | None = None,
                    cost_model=None, rules: Sequence | None = None, *, min_gain: float = 0.0,
                    calibrate: bool = False, calibrate_time_limit: float = 300.0,
+                   runtime_decides: bool = False,
                    progress: bool | None = None) -> tuple[TensorGraph, OptimizeReport]:
     """Optimize ``graph``; returns (graph', report). graph' is ``graph`` itself
     unless the result is predicted faster by more than ``min_gain`` (0.1: 10%;
@@ -167,7 +168,11 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     extract again with their measured times (up to :data:`CALIBRATION_ROUNDS`
     rounds), so the result and the decision rest on this CPU's kernel times
     (``cost.calibrate``; the report's ``info["calibration"]`` says what was
-    measured)."""
+    measured). Kernel times measured alone miss what happens between kernels
+    (launch overheads, fusion), so with ``runtime_decides`` (the caller times
+    the whole programs next) calibration chooses the candidate but does not
+    veto one: when the measured kernels make no candidate cheaper, the first
+    one (the shipped model's) is returned for the runtime to decide on."""
     from .egraph import EGraph
     from .extract import get_extractor
     from .rules import rules_for_target
@@ -214,13 +219,14 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
 
     te = time.perf_counter()
     extractor = get_extractor(opts.final_extractor)
-    calibrator = None
+    calibrator = first = None
     for _ in range(CALIBRATION_ROUNDS + 1):
         problem = egraph.to_problem(cost_model.node_cost, [root])
         solution = extractor.solve(problem, time_limit=opts.extract_time_limit)
         out = egraph.build_graph(solution.choice, problem.roots[0], problem).compact()
         if not calibrate or cost_model.graph_cost(out) >= cost_model.graph_cost(graph) * (1 - 1e-6):
             break  # nothing to calibrate, or no candidate: the input stands
+        first = first or (out, solution)
         if calibrator is None:
             from .cost.calibrate import Calibrator
 
@@ -230,6 +236,9 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     if calibrator is not None:
         rep.info["calibration"] = calibrator.close().to_dict()
         rep.cost_before = cost_model.graph_cost(graph)  # now with the measured kernel times
+        if runtime_decides and cost_model.graph_cost(out) >= rep.cost_before * (1 - 1e-6):
+            out, solution = first  # measured kernels favour no candidate: the runtime will decide
+            rep.info["calibration"]["vetoed"] = True
     rep.extract_time = time.perf_counter() - te
     rep.extractor, rep.extract_status, rep.optimal = extractor.name, solution.status, solution.optimal
     rep.info["extraction_cost"] = solution.cost
@@ -240,6 +249,12 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     rep.ops_after = out.op_counts()
     rep.total_time = time.perf_counter() - t0
     rep.info["min_gain"] = min_gain
+    if rep.info.get("calibration", {}).get("vetoed"):
+        rep.changed = True
+        rep.reason = ("cheaper under the shipped model, not under this CPU's measured kernels "
+                      f"({rep.speedup:.3f}x); the whole programs' runtime decides")
+        log.info("relay-eqsat: %s", rep.summary())
+        return out, rep
     if rep.cost_after < rep.cost_before / (1 + min_gain) * (1 - 1e-6):
         rep.changed, rep.reason = True, "cheaper program found"
         log.info("relay-eqsat: %s", rep.summary())

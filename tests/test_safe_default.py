@@ -166,11 +166,17 @@ def _copy_optimizer(graph, options):
     return graph.compact(), {"changed": True, "reason": "test", "predicted_speedup": 1.01}
 
 
-def test_default_measures_and_remembers_a_rejection(monkeypatch, cost_db):
-    builds = []
+@pytest.fixture
+def builds(monkeypatch):
+    """The builds the pass makes (a list that grows by one per build); its optimizer claims a change."""
+    made = []
     real_build = eqsat_pass.build_and_run
-    monkeypatch.setattr(eqsat_pass, "build_and_run", lambda *a, **k: builds.append(1) or real_build(*a, **k))
+    monkeypatch.setattr(eqsat_pass, "build_and_run", lambda *a, **k: made.append(1) or real_build(*a, **k))
     monkeypatch.setattr(eqsat_pass, "optimize", _copy_optimizer)
+    return made
+
+
+def test_default_measures_and_remembers_a_rejection(monkeypatch, cost_db, builds):
     monkeypatch.setattr(eqsat_pass, "time_rounds", lambda modules, **kw: [[1e-3] * 9, [2e-3] * 9])
     mod = dense_net()
     p = EqSatPass()
@@ -187,11 +193,7 @@ def test_default_measures_and_remembers_a_rejection(monkeypatch, cost_db):
     assert q.last_report["runtime_check_cached"] and "remembered" in q.last_report["reason"]
 
 
-def test_default_remembers_a_measured_win(monkeypatch, cost_db):
-    builds = []
-    real_build = eqsat_pass.build_and_run
-    monkeypatch.setattr(eqsat_pass, "build_and_run", lambda *a, **k: builds.append(1) or real_build(*a, **k))
-    monkeypatch.setattr(eqsat_pass, "optimize", _copy_optimizer)
+def test_default_remembers_a_measured_win(monkeypatch, cost_db, builds):
     monkeypatch.setattr(eqsat_pass, "time_rounds", lambda modules, **kw: [[2e-3] * 9, [1e-3] * 9])
     mod = dense_net()
     out = EqSatPass()(mod)
@@ -205,7 +207,7 @@ def test_default_remembers_a_measured_win(monkeypatch, cost_db):
 
 def test_a_round_too_slow_to_time_falls_back_to_the_predicted_gain(monkeypatch, cost_db):
     monkeypatch.setattr(eqsat_pass, "optimize", _copy_optimizer)
-    monkeypatch.setattr(eqsat_pass, "_one_run_seconds", lambda m: 100.0)
+    monkeypatch.setattr(eqsat_pass, "_one_run_seconds", lambda m, first_run_s: 100.0)
     monkeypatch.setattr(eqsat_pass, "time_rounds", lambda *a, **k: pytest.fail("timed anyway"))
     mod = dense_net()
     p = EqSatPass()
@@ -257,3 +259,31 @@ def test_avoid_clause_gates_a_rule_per_device():
     assert len(rules_for_target(rules, host_target())[0]) == 2
     with pytest.raises(RuleSyntaxError, match="avoid takes device kinds"):
         parse_rules("rule r\n lhs (nn.relu ?x)\n rhs (nn.relu ?x)\n avoid tpu\n")
+
+
+def test_measured_kernels_choose_but_do_not_veto_when_the_runtime_decides(monkeypatch, cost_db):
+    """Kernels timed alone miss launch overheads and fusion: a candidate they no longer favour is
+    still handed to the runtime check (runtime_decides), and dropped without it."""
+    from relay_eqsat.cost import calibrate as calibrate_mod
+    from relay_eqsat.cost.instance import instances_from_graph
+
+    g = parallel_dense_graph()
+    before = {i.key() for i in instances_from_graph(g)}
+
+    def measure_new_kernels_as_slow(self, graphs):
+        graphs = list(graphs)
+        slow = {i.key(): 1.0 for gr in graphs[1:] for i in instances_from_graph(gr) if i.key() not in before}
+        self.report.rounds += 1
+        self.report.measured += len(slow)
+        self.cost_model.add_measurements(slow)
+        return len(slow)
+
+    monkeypatch.setattr(calibrate_mod.Calibrator, "measure", measure_new_kernels_as_slow)
+    opts = {"final_extractor": "greedy-ocf", "node_limit": 2000}
+    out, rep = optimize_graph(g, opts, cost_model=launch_heavy_model(cost_db), calibrate=True)
+    assert not rep.changed and "vetoed" not in rep.info["calibration"]  # the measured kernels decided
+    out2, rep2 = optimize_graph(g, opts, cost_model=launch_heavy_model(cost_db), calibrate=True,
+                                runtime_decides=True)
+    assert rep2.changed and rep2.info["calibration"]["vetoed"] and "runtime decides" in rep2.reason
+    x = {"x": np.random.default_rng(3).standard_normal((1, 64)).astype("float32")}
+    np.testing.assert_allclose(out2.evaluate(x)[0], g.evaluate(x)[0], rtol=1e-4, atol=1e-4)
