@@ -150,6 +150,7 @@ def format_table(result: dict) -> str:
         "",
         f"model:             {result['model']}  (target {result['target']})",
         f"result:            {'changed' if rep.get('changed') else 'unchanged'} ({rep.get('reason', '')})",
+        f"judged by:         {rep.get('judged_by', '-')}",
         f"optimization time: {rep.get('total_time', 0.0):.2f} s (search {rep.get('search_time', 0.0):.2f} s, "
         f"extraction {rep.get('extract_time', 0.0):.2f} s)",
         f"search:            {rep.get('search', '')}, stopped: {rep.get('stop_reason', '')} after "

@@ -280,14 +280,11 @@ def wins_needed(rounds: int, alpha: float = RUNTIME_ALPHA) -> int:
     return 0
 
 
-#: a first run shorter than this is timed again warm (its set-up dominates); a longer one is the estimate
-_COLD_RUN_TRUSTED_S = 1.0
-
-
-def _one_run_seconds(m, first_run_s: float) -> float:
-    """Seconds of one run of ``m``: its first run when that took long (a slow model is not run
-    again just to learn it is slow), else one warm timed run."""
-    if first_run_s >= _COLD_RUN_TRUSTED_S:
+def _one_run_seconds(m, first_run_s: float, time_limit: float) -> float:
+    """Seconds of one run of ``m``: its first run (set-up included) when even half of that
+    would not let :data:`RUNTIME_MIN_ROUNDS` rounds fit in ``time_limit`` (a slow model is not
+    run again just to learn it is slow), else one warm timed run."""
+    if first_run_s / 2 * RUNTIME_MIN_ROUNDS > time_limit:
         return first_run_s
     return float(m.module.time_evaluator("run", tvm.cpu(0), number=1, repeat=1)().results[0])
 
@@ -325,7 +322,7 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
         rounds = time_repeat
         if time_limit is not None:
             floor = RUNTIME_MIN_REPEAT_MS / 1e3
-            per_round = sum(max(floor, _one_run_seconds(m, first))
+            per_round = sum(max(floor, _one_run_seconds(m, first, time_limit))
                             for m, first in zip((m_before, m_after), run_s))
             rounds = min(time_repeat, int(time_limit // per_round))
             if rounds < min(RUNTIME_MIN_ROUNDS, time_repeat):

@@ -207,7 +207,7 @@ def test_default_remembers_a_measured_win(monkeypatch, cost_db, builds):
 
 def test_a_round_too_slow_to_time_falls_back_to_the_predicted_gain(monkeypatch, cost_db):
     monkeypatch.setattr(eqsat_pass, "optimize", _copy_optimizer)
-    monkeypatch.setattr(eqsat_pass, "_one_run_seconds", lambda m, first_run_s: 100.0)
+    monkeypatch.setattr(eqsat_pass, "_one_run_seconds", lambda m, first_run_s, time_limit: 100.0)
     monkeypatch.setattr(eqsat_pass, "time_rounds", lambda *a, **k: pytest.fail("timed anyway"))
     mod = dense_net()
     p = EqSatPass()
