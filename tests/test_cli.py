@@ -87,11 +87,14 @@ def test_optimize_mismatch_exits_nonzero(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(eqsat_pass, "optimize", wrong)
     model = onnx_model(tmp_path / "par.onnx")
+    saved, report = tmp_path / "opt.json", tmp_path / "r.json"
     # the pass's own runtime check would catch the wrong program: off, so the command's check does
-    status = main(["optimize", str(model), *QUICK, "--check-runtime", "off"])
+    status = main(["optimize", str(model), *QUICK, "--check-runtime", "off", "--save-module", str(saved),
+                   "-o", str(report)])
     captured = capsys.readouterr()
     assert status == 1
-    assert "MISMATCH" in captured.out and "differ" in captured.err
+    assert "MISMATCH" in captured.out and "differ" in captured.err and "nothing written" in captured.err
+    assert not saved.exists() and not report.exists()  # a program whose outputs mismatched is never written
 
 
 def test_optimize_bad_arguments(capsys):
