@@ -131,7 +131,8 @@ def _fmt_ms(seconds: float | None) -> str:
 def format_table(result: dict) -> str:
     """The before/after table of :func:`run_optimize`'s result."""
     rep = result["report"]
-    rows = [("", "original", "optimized", "ratio")]
+    # an unchanged result: the figures are those of the candidate the pass measured and rejected
+    rows = [("", "original", "optimized" if rep.get("changed") else "candidate", "ratio")]
     cb, ca = rep.get("cost_before", 0.0), rep.get("cost_after", 0.0)
     rows.append(("predicted cost", _fmt_ms(cb), _fmt_ms(ca), f"{cb / ca:.3f}x" if ca > 0 else "-"))
     m = result.get("measured")
