@@ -33,8 +33,8 @@ from tvm import relay
 
 from relay_eqsat.cost.base import FOREIGN_ERROR
 from relay_eqsat.graph import TensorGraph, TensorType
-from relay_eqsat.optimize import OptimizeOptions, optimize_graph, resolve_cost, resolve_rules
-from relay_eqsat.options import DEFAULTS, OPTIONS, set_hook, validate
+from relay_eqsat.optimize import optimize_graph, resolve_cost, resolve_rules
+from relay_eqsat.options import DEFAULTS, OPTIMIZER_OPTIONS, OPTIONS, set_hook, validate
 
 from .relay import UnsupportedProgram, from_relay, main_function, to_relay
 from .target import build_and_run, host_target, output_error, paired_ratio, random_inputs, runs_here, time_rounds
@@ -190,7 +190,7 @@ def optimize(graph: TensorGraph, options: Mapping[str, Any]) -> tuple[TensorGrap
     equivalent TensorGraph (or the input itself), plus the report as a dict.
     ``options`` are the pass's options after :func:`judge` (``calibrate`` and
     ``min_gain`` resolved, ``cost`` a CostModel)."""
-    opts = {k: v for k, v in options.items() if k in _OPTIMIZER_OPTIONS}
+    opts = {k: v for k, v in options.items() if k in OPTIMIZER_OPTIONS}
     if opts.get("target") is None:
         opts["target"] = host_target()
     new_graph, report = optimize_graph(graph, opts, min_gain=float(options.get("min_gain") or 0.0),
@@ -199,8 +199,6 @@ def optimize(graph: TensorGraph, options: Mapping[str, Any]) -> tuple[TensorGrap
                                        runtime_decides=bool(options.get("runtime_decides")))
     return new_graph, report.to_dict()
 
-
-_OPTIMIZER_OPTIONS = frozenset(f.name for f in dataclasses.fields(OptimizeOptions))
 
 
 @dataclasses.dataclass
