@@ -1,11 +1,12 @@
-"""Builds the Cython e-graph core; everything else is declared in pyproject.toml."""
+"""Builds the Cython modules (the e-graph core, the OCF extraction kernel); everything else is
+declared in pyproject.toml."""
 import glob
 
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-sources = sorted(glob.glob("relay_eqsat/egraph/*.pyx"))
+sources = sorted(glob.glob("relay_eqsat/egraph/*.pyx") + glob.glob("relay_eqsat/extract/*.pyx"))
 extensions = [
     Extension(
         src[:-4].replace("/", "."),
@@ -17,4 +18,5 @@ extensions = [
     for src in sources
 ]
 
-setup(ext_modules=cythonize(extensions, language_level=3, compiler_directives={"boundscheck": False, "wraparound": False}))
+setup(ext_modules=cythonize(extensions, language_level=3,
+                            compiler_directives={"boundscheck": False, "wraparound": False}))

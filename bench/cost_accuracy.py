@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import statistics
 
-import common
+import runtime_stats
+import tables
+import zoo_models
 
 WHOLE_GOAL = 0.15
 RANK_GOAL = 0.90
@@ -49,7 +51,7 @@ CONSISTENT = 0.8  # ... and in the same direction in at least this share of the 
 def rewritten_by(graph, rule, cost, args):
     """A graph using ``rule``'s rewrites of ``graph`` (its new e-nodes preferred), or None if it does not fire."""
     from relay_eqsat.egraph import EGraph
-    from relay_eqsat.extract import get_extractor
+    from relay_eqsat.extract import build_graph, egraph_problem, get_extractor
     from relay_eqsat.search import Limits, TensatScheduler
 
     eg = EGraph()
@@ -59,17 +61,17 @@ def rewritten_by(graph, rule, cost, args):
                                                    k_multi=args.pair_iters, time_limit=60.0))
     if not rep.fired.get(rule.name):
         return None, 0
-    problem = eg.to_problem(cost.node_cost, [root])
+    problem = egraph_problem(eg, cost.node_cost, [root])
     new = [k >= first_new for k in problem.node_key]
     problem.node_cost[new] *= args.prefer
     sol = get_extractor("ilp-acyc").solve(problem, time_limit=args.extract_time_limit)
-    return eg.build_graph(sol.choice, problem.roots[0], problem).compact(), rep.fired[rule.name]
+    return build_graph(eg, problem, sol.choice).compact(), rep.fired[rule.name]
 
 
-def build_graph_module(graph, inputs) -> common.Built:
+def build_graph_module(graph, inputs) -> runtime_stats.Built:
     from relay_eqsat.passes.relay import graph_to_module
 
-    return common.build_module(graph_to_module(graph), inputs)
+    return runtime_stats.build_module(graph_to_module(graph), inputs)
 
 
 def same_program(a, b) -> bool:
@@ -82,12 +84,12 @@ def same_program(a, b) -> bool:
 
 def model_pairs(name: str, small: bool, costs: dict, args) -> list[dict]:
     """Measured and predicted (original, rewritten-by-one-rule) pairs of one model."""
-    from relay_eqsat.passes.target import paired_ratio, time_rounds
+    from relay_eqsat.passes.runtime import output_error, paired_ratio, time_rounds
     from relay_eqsat.rules import load_rules
 
-    _, _, graph = common.load_model(name, small)
+    _, _, graph = zoo_models.load_model(name, small)
     graph = graph.compact()
-    inputs = common.model_inputs(name, small)
+    inputs = zoo_models.model_inputs(name, small)
     base = build_graph_module(graph, inputs)
     first_kind, first = next(iter(costs.items()))
     pairs = []
@@ -103,7 +105,7 @@ def model_pairs(name: str, small: bool, costs: dict, args) -> list[dict]:
             continue
         try:
             built = build_graph_module(other, inputs)
-            err = common.max_rel_error(base.outputs, built.outputs)
+            err = output_error(base.outputs, built.outputs)[0]
             # paired rounds (one timing of each per round, order rotating), so machine
             # drift does not decide the ranking and a difference must show round after round
             s0, s1 = time_rounds([base.module, built.module], repeat=args.rounds, min_repeat_ms=args.min_repeat_ms)
@@ -131,7 +133,7 @@ def model_pairs(name: str, small: bool, costs: dict, args) -> list[dict]:
 def evaluate_goals(rows: list[dict], pairs: list[dict], kind: str) -> list[dict]:
     errs = [r[kind]["rel_error"] for r in rows if r.get(kind) and r.get("measured") is not None]
     within = sum(abs(e) <= WHOLE_GOAL for e in errs)
-    goals = [common.goal(f"whole-graph prediction ({kind}) within {WHOLE_GOAL:.0%} of measured on every model",
+    goals = [tables.goal(f"whole-graph prediction ({kind}) within {WHOLE_GOAL:.0%} of measured on every model",
                          (within == len(rows)) if errs else None,
                          f"{within}/{len(rows)} models; mean |error| "
                          f"{sum(abs(e) for e in errs) / len(errs):.1%}" if errs else "nothing measured")]
@@ -140,7 +142,7 @@ def evaluate_goals(rows: list[dict], pairs: list[dict], kind: str) -> list[dict]
     # for reference: every pair whose median ratio is off by more than DIFF, consistent or not
     loose = [p for p in pairs if "error" not in p and p["measured_diff"] > DIFF]
     loose_ok = sum(p[kind]["correct"] for p in loose)
-    goals.append(common.goal(f"ranking ({kind}) correct for >= {RANK_GOAL:.0%} of pairs differing by > {DIFF:.0%}",
+    goals.append(tables.goal(f"ranking ({kind}) correct for >= {RANK_GOAL:.0%} of pairs differing by > {DIFF:.0%}",
                              (correct / len(counted) >= RANK_GOAL) if counted else None,
                              (f"{correct}/{len(counted)} pairs" if counted else "no counted pairs")
                              + f" (consistent in >= {CONSISTENT:.0%} of rounds; counting every pair off by "
@@ -149,7 +151,7 @@ def evaluate_goals(rows: list[dict], pairs: list[dict], kind: str) -> list[dict]
 
 
 def main(argv=None):
-    ap = common.base_parser(__doc__, "cost_accuracy.json")
+    ap = zoo_models.base_parser(__doc__, "cost_accuracy.json")
     ap.add_argument("--kinds", default="auto,analytic", help="cost model kinds; the first one is judged")
     ap.add_argument("--repeat", type=int, default=10, help="timings per build (median reported)")
     ap.add_argument("--min-repeat-ms", type=int, default=100, help="each timing runs at least this long")
@@ -169,25 +171,26 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     from relay_eqsat.cost import make_cost_model
+    from relay_eqsat.passes.eqsat_pass import bind_params
 
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     costs = {k: make_cost_model(k) for k in kinds}
     given = {}
     if args.whole_times:
-        from relay_eqsat.cost.cli import read_whole_times
+        from relay_eqsat.passes.measure_cli import read_whole_times
 
         given = read_whole_times(args.whole_times, args.small)
     rows, pairs = [], []
-    for name in common.model_names(args.models):
-        small = common.small_for(args, name)
+    for name in zoo_models.model_names(args.models):
+        small = zoo_models.small_for(args, name)
         if "zoo:" + name in given:
             median, small = given["zoo:" + name]
-            graph = common.load_model(name, small)[2]
+            graph = zoo_models.load_model(name, small)[2]
             timing, build_time = {"from": args.whole_times}, None
         else:
-            mod, params, graph = common.load_model(name, small)
-            t = common.build_and_time(common.bind_params(mod, params), common.model_inputs(name, small),
-                                      repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
+            mod, params, graph = zoo_models.load_model(name, small)
+            t = runtime_stats.build_and_time(bind_params(mod, params), zoo_models.model_inputs(name, small),
+                                             repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
             median, timing, build_time = t.median, t.to_dict(), t.build_time
         row = {"model": name, "small": small, "nodes": len(graph), "measured": median, "timing": timing}
         for kind, cm in costs.items():
@@ -210,13 +213,13 @@ def main(argv=None):
     for r in rows:
         mine = [p for p in pairs if p["model"] == r["model"] and "error" not in p]
         counted = [p for p in mine if p["counted"]]
-        line = [r["model"] + (" (small)" if r["small"] else ""), r["nodes"], common.ms(r["measured"])]
+        line = [r["model"] + (" (small)" if r["small"] else ""), r["nodes"], tables.ms(r["measured"])]
         for k in kinds:
-            line += [common.ms(r[k]["predicted"]), f"{r[k]['rel_error']:+.1%}"]
+            line += [tables.ms(r[k]["predicted"]), f"{r[k]['rel_error']:+.1%}"]
         line += [len(mine), len(counted)] + [sum(p[k]["correct"] for p in counted) for k in kinds]
         table.append(line)
     print()
-    common.print_table(headers, table, title="cost model vs TVM (err = (predicted - measured) / measured)")
+    tables.print_table(headers, table, title="cost model vs TVM (err = (predicted - measured) / measured)")
     if pairs:
         print()
         ptable = []
@@ -225,13 +228,13 @@ def main(argv=None):
                 ptable.append([p["model"], p["rule"], "error: " + p["error"][:60]] + [None] * (5 + 2 * len(kinds)))
                 continue
             line = [p["model"] + (" (small)" if p["small"] else ""), p["rule"], p["applications"],
-                    common.ms(p["measured"][0]), common.ms(p["measured"][1]), f"{p['ratio']:.3f}",
+                    tables.ms(p["measured"][0]), tables.ms(p["measured"][1]), f"{p['ratio']:.3f}",
                     f"{p['rounds_agreeing']:.0%}", p["counted"]]
             for k in kinds:
-                line += [common.ratio(p[k]["predicted"][1], p[k]["predicted"][0]), p[k]["correct"]]
+                line += [tables.ratio(p[k]["predicted"][1], p[k]["predicted"][0]), p[k]["correct"]]
             line.append(p["output_error"])
             ptable.append(line)
-        common.print_table(["model", "rule", "apps", "orig ms", "rewritten ms", "ratio", "agree", "counted"]
+        tables.print_table(["model", "rule", "apps", "orig ms", "rewritten ms", "ratio", "agree", "counted"]
                            + [h for k in kinds for h in (f"{k} ratio", f"{k} ok")] + ["max rel err"], ptable,
                            title=f"pairs: original vs rewritten by one rule (ratio: measured rewritten / original, "
                                  f"median of paired rounds; agree: rounds in its direction; counted: ratio off 1 by "
@@ -242,7 +245,7 @@ def main(argv=None):
     goals = evaluate_goals(rows, pairs, kinds[0])
     for k in kinds[1:]:
         evaluate_goals(rows, pairs, k)  # printed for reference
-    common.write_json(args.out, {"machine": common.machine_info(), "args": vars(args),
+    tables.write_json(args.out, {"machine": tables.machine_info(), "args": vars(args),
                                  "cost_models": {k: repr(c) for k, c in costs.items()},
                                  "sources": {k: dict(c.sources) for k, c in costs.items()},
                                  "rows": rows, "pairs": pairs, "goals": goals})

@@ -23,7 +23,7 @@ import re
 import time
 from pathlib import Path
 
-import common
+import zoo_models
 
 
 def load_graph(name: str, small: bool):
@@ -135,19 +135,19 @@ def run_egglog(graph, iterations: int, k_multi: int):
 
 
 def main(argv=None):
-    ap = common.base_parser(__doc__, "egraph_throughput.json", models="bert,nasnet_a")
+    ap = zoo_models.base_parser(__doc__, "egraph_throughput.json", models="bert,nasnet_a")
     ap.add_argument("--node-limit", type=int, default=50_000)
     ap.add_argument("--iter-limit", type=int, default=15)
     ap.add_argument("--k-multi", type=int, default=1)
     args = ap.parse_args(argv)
     results = []
-    for name in common.model_names(args.models):
-        graph = load_graph(name, common.small_for(args, name))
+    for name in zoo_models.model_names(args.models):
+        graph = load_graph(name, zoo_models.small_for(args, name))
         eg, rep = run_ours(graph, args.node_limit, args.iter_limit, args.k_multi)
         ours_rate = rep.nodes_added / rep.total_time if rep.total_time else 0.0
         print(f"{name}: ours   {rep.nodes_before} -> {rep.nodes_after} e-nodes in {rep.total_time:.3f}s "
               f"({ours_rate:,.0f} e-nodes/s), {rep.iterations} iterations, stop: {rep.stop_reason}")
-        row = dict(model=name, small=common.small_for(args, name), graph_nodes=len(graph), ours=dict(
+        row = dict(model=name, small=zoo_models.small_for(args, name), graph_nodes=len(graph), ours=dict(
             nodes_before=rep.nodes_before, nodes_after=rep.nodes_after, seconds=rep.total_time,
             nodes_per_second=ours_rate, iterations=rep.iterations, stop_reason=rep.stop_reason,
             blacklisted=rep.blacklisted, search=rep.search_time, apply=rep.apply_time,

@@ -41,7 +41,9 @@ import argparse
 import warnings
 from pathlib import Path
 
-import common
+import runtime_stats
+import tables
+import zoo_models
 
 VARIANTS = ("opt3", "combine", "tensat", "mcts")
 GEOMEAN_GOAL = 1.15
@@ -53,11 +55,6 @@ def combine_passes(min_branches: int):
     return [relay.transform.CombineParallelDense(min_num_branches=min_branches),
             relay.transform.CombineParallelBatchMatmul(min_num_branches=min_branches),
             relay.transform.CombineParallelConv2D(min_num_branches=min_branches)]
-
-
-def error_line(e: Exception) -> str:
-    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
-    return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:300]
 
 
 def pass_options(args, search: str) -> dict:
@@ -79,57 +76,61 @@ def run_eqsat(mod, params, bound, options: dict):
     import tvm
 
     from relay_eqsat.passes import DEFAULT_OPTIONS, EqSatPass
+    from relay_eqsat.passes.eqsat_pass import bind_params
 
     takes_params = "params" in DEFAULT_OPTIONS
     p = EqSatPass(**options, params=params) if takes_params else EqSatPass(**options)
-    with warnings.catch_warnings(record=True) as caught, common.stopwatch() as took:
+    with warnings.catch_warnings(record=True) as caught, runtime_stats.stopwatch() as took:
         warnings.simplefilter("always")
         with tvm.transform.PassContext(opt_level=3):
             out = p(mod if takes_params else bound)
     seconds = took()
     if takes_params:
-        out = common.bind_params(out, params)  # weights the pass left as parameters
+        out = bind_params(out, params)  # weights the pass left as parameters
     return out, p.last_report or {}, seconds, [str(w.message) for w in caught]
 
 
 def run_model(name: str, args) -> dict:
     import tvm
 
-    small = common.small_for(args, name)
-    mod, params = common.load_model(name, small)[:2]
-    bound = common.bind_params(mod, params)
-    inputs = common.model_inputs(name, small)
+    from relay_eqsat.passes.eqsat_pass import bind_params
+    from relay_eqsat.passes.runtime import output_error
+
+    small = zoo_models.small_for(args, name)
+    mod, params = zoo_models.load_model(name, small)[:2]
+    bound = bind_params(mod, params)
+    inputs = zoo_models.model_inputs(name, small)
     row = {"model": name, "small": small, "variants": {}}
     built = {}
 
-    built["opt3"] = common.build_module(bound, inputs)
+    built["opt3"] = runtime_stats.build_module(bound, inputs)
     row["variants"]["opt3"] = {"opt_time": 0.0}
 
     try:
-        with common.stopwatch() as took, tvm.transform.PassContext(opt_level=3):
+        with runtime_stats.stopwatch() as took, tvm.transform.PassContext(opt_level=3):
             combined = tvm.transform.Sequential(combine_passes(args.combine_min_branches))(bound)
         row["variants"]["combine"] = {"opt_time": took(),
                                       "changed": not tvm.ir.structural_equal(combined, bound)}
-        built["combine"] = common.build_module(combined, inputs)
+        built["combine"] = runtime_stats.build_module(combined, inputs)
     except Exception as e:  # noqa: BLE001 - TVM's passes failing is a result
-        row["variants"]["combine"] = {"error": f"failed to build: {error_line(e)}"}
+        row["variants"]["combine"] = {"error": f"failed to build: {tables.error_text(e, 300)}"}
 
     for search in ("tensat", "mcts"):
         try:
             out, report, seconds, warns = run_eqsat(mod, params, bound, pass_options(args, search))
             row["variants"][search] = {"opt_time": seconds, "report": report, "warnings": warns,
                                        "changed": bool(report.get("changed"))}
-            built[search] = common.build_module(out, inputs)
+            built[search] = runtime_stats.build_module(out, inputs)
         except Exception as e:  # noqa: BLE001
-            row["variants"][search] = {"error": f"failed: {error_line(e)}"}
+            row["variants"][search] = {"error": f"failed: {tables.error_text(e, 300)}"}
 
-    times = common.time_built(built, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, rounds=args.rounds)
+    times = runtime_stats.time_built(built, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, rounds=args.rounds)
     base = times["opt3"]
     for k, t in times.items():
         v = row["variants"][k]
         v.update(t.to_dict())
         v["speedup"] = base.median / t.median
-        v["max_rel_error"] = common.max_rel_error(base.outputs, t.outputs)
+        v["max_rel_error"] = output_error(base.outputs, t.outputs)[0]
         v["slower_beyond_noise"] = t.slower_than(base, args.noise)
     return row
 
@@ -198,28 +199,28 @@ def evaluate_goals(rows: list[dict], rtol: float) -> list[dict]:
     for s in ("tensat", "mcts"):
         ok = [r for r in rows if "speedup" in r["variants"].get(s, {})]
         fine = [r["model"] for r in ok if not r["variants"][s]["slower_beyond_noise"]]
-        goals.append(common.goal(f"{s}: every model at least as fast as opt_level 3 (within noise)",
+        goals.append(tables.goal(f"{s}: every model at least as fast as opt_level 3 (within noise)",
                                  len(fine) == len(rows), f"{len(fine)}/{len(rows)} models"))
-        gm = common.geomean(r["variants"][s]["speedup"] for r in ok)
-        goals.append(common.goal(f"{s}: geometric-mean speedup >= {GEOMEAN_GOAL:g}x over opt_level 3",
+        gm = tables.geomean(r["variants"][s]["speedup"] for r in ok)
+        goals.append(tables.goal(f"{s}: geometric-mean speedup >= {GEOMEAN_GOAL:g}x over opt_level 3",
                                  (gm is not None and gm >= GEOMEAN_GOAL and len(ok) == len(rows)),
                                  f"{gm:.3f}x over {len(ok)} models" if gm else "nothing measured"))
         comb = [r for r in rows if "median_s" in r["variants"].get("combine", {})]
         faster = [r["model"] for r in comb if r["model"] in [o["model"] for o in ok]
                   and r["variants"][s]["median_s"] < r["variants"]["combine"]["median_s"]]
-        goals.append(common.goal(f"{s}: faster than CombineParallel* wherever those build",
+        goals.append(tables.goal(f"{s}: faster than CombineParallel* wherever those build",
                                  (len(faster) == len(comb)) if comb else None,
                                  f"{len(faster)}/{len(comb)} models where they build"))
     built = [(r["model"], k, v["max_rel_error"]) for r in rows for k, v in r["variants"].items()
              if "max_rel_error" in v]
     bad = [f"{m}/{k}: {e:.2g}" for m, k, e in built if not e <= rtol]
-    goals.append(common.goal(f"outputs equal to opt_level 3's (max relative error <= {rtol:g})", not bad,
+    goals.append(tables.goal(f"outputs equal to opt_level 3's (max relative error <= {rtol:g})", not bad,
                              "; ".join(bad) if bad else f"{len(built)} programs checked"))
     return goals
 
 
 def main(argv=None):
-    ap = common.base_parser(__doc__, "end_to_end.json")
+    ap = zoo_models.base_parser(__doc__, "end_to_end.json")
     ap.add_argument("--repeat", type=int, default=20, help="timings per program (median reported)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--min-repeat-ms", type=int, default=200, help="each timing runs at least this long")
@@ -239,7 +240,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     rows = []
-    for name in common.model_names(args.models):
+    for name in zoo_models.model_names(args.models):
         rows.append(run_model(name, args))
         v = rows[-1]["variants"]
         print(f"{name}: " + ", ".join(f"{k} {v[k]['median_s'] * 1e3:.3f} ms" if "median_s" in v[k]
@@ -252,19 +253,19 @@ def main(argv=None):
     table, failures = [], []
     for r in rows:
         v = r["variants"]
-        line = [r["model"] + (" (small)" if r["small"] else ""), common.ms(v["opt3"]["median_s"])]
+        line = [r["model"] + (" (small)" if r["small"] else ""), tables.ms(v["opt3"]["median_s"])]
         for k in VARIANTS[1:]:
             x = v.get(k, {})
             if "error" in x:
                 failures.append(f"{r['model']} {k}: {x['error']}")
-            line += [common.ms(x.get("median_s")) if "error" not in x else "failed", x.get("speedup"),
+            line += [tables.ms(x.get("median_s")) if "error" not in x else "failed", x.get("speedup"),
                      x.get("opt_time")]
         errs = [x["max_rel_error"] for x in v.values() if "max_rel_error" in x]
         line.append(max(errs) if errs else None)
         line += [v.get(s, {}).get("report", {}).get("predicted_speedup") for s in ("tensat", "mcts")]
         table.append(line)
     print()
-    common.print_table(headers, table, title="TVM-compiled runtime (median; x = speedup over opt_level 3, "
+    tables.print_table(headers, table, title="TVM-compiled runtime (median; x = speedup over opt_level 3, "
                                              "opt s = optimization seconds, pred x = cost-model speedup)")
     for f in failures:
         print(f)
@@ -274,8 +275,8 @@ def main(argv=None):
             if rep and not rep.get("changed"):
                 print(f"{r['model']} {s}: input kept: {rep.get('reason')}")
     for s in ("tensat", "mcts"):
-        gm = common.geomean(r["variants"][s]["speedup"] for r in rows if "speedup" in r["variants"].get(s, {}))
-        print(f"geometric-mean speedup over opt_level 3, {s}: {common.fmt(gm)}x")
+        gm = tables.geomean(r["variants"][s]["speedup"] for r in rows if "speedup" in r["variants"].get(s, {}))
+        print(f"geometric-mean speedup over opt_level 3, {s}: {tables.fmt(gm)}x")
     print()
     goals = evaluate_goals(rows, args.rtol)
     out = Path(args.out)
@@ -286,7 +287,7 @@ def main(argv=None):
     for r in rows:  # outputs are not JSON
         for v in r["variants"].values():
             v.get("report", {}).pop("info", None)
-    common.write_json(out, {"machine": common.machine_info(), "args": vars(args), "rows": rows, "goals": goals,
+    tables.write_json(out, {"machine": tables.machine_info(), "args": vars(args), "rows": rows, "goals": goals,
                             "plots": [str(speed_png), str(rules_png)]})
     return rows
 

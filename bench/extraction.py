@@ -24,7 +24,9 @@ import gzip
 import json
 from pathlib import Path
 
-import common
+import runtime_stats
+import tables
+import zoo_models
 
 EXTRACTORS = ("greedy", "greedy-ocf", "ilp-topo", "ilp-acyc", "maxsat")
 EXACT = ("ilp-topo", "ilp-acyc", "maxsat")
@@ -70,7 +72,7 @@ def run_extractors(problem, names, time_limit: float, solver: str) -> dict:
     for name in names:
         options = {"solver": solver} if name in ("ilp-topo", "ilp-acyc") else {}
         try:
-            with common.stopwatch() as wall:
+            with runtime_stats.stopwatch() as wall:
                 sol = get_extractor(name, **options).solve(problem, time_limit=time_limit)
             out[name] = {"cost": sol.cost, "optimal": bool(sol.optimal), "status": sol.status,
                          "time": wall(), "solve_time": sol.solve_time, "encode_time": sol.encode_time}
@@ -92,10 +94,10 @@ def summarize(res: dict) -> dict:
     return {
         "optimum": best,
         "exact_agree": agree,
-        "ocf_ratio": common.ratio(ocf, best),
-        "dcf_ratio": common.ratio(dcf, best),
-        "acyc_over_topo": common.ratio(res.get("ilp-acyc", {}).get("time"), topo),
-        "maxsat_over_topo": common.ratio(res.get("maxsat", {}).get("time"), topo),
+        "ocf_ratio": tables.ratio(ocf, best),
+        "dcf_ratio": tables.ratio(dcf, best),
+        "acyc_over_topo": tables.ratio(res.get("ilp-acyc", {}).get("time"), topo),
+        "maxsat_over_topo": tables.ratio(res.get("maxsat", {}).get("time"), topo),
     }
 
 
@@ -107,7 +109,7 @@ def evaluate_goals(rows: list[dict]) -> list[dict]:
         fast_enough.append(bool(ratios) and min(ratios) <= 1 / SPEEDUP_GOAL)
     detail = (f"{sum(fast_enough)}/{len(slow)} e-graphs where ILP-Topo took > {TOPO_SLOW_S:g} s"
               if slow else f"ILP-Topo never took > {TOPO_SLOW_S:g} s")
-    goals = [common.goal(f"ILP-ACyc or MaxSAT >= {SPEEDUP_GOAL:g}x faster than ILP-Topo where it needs "
+    goals = [tables.goal(f"ILP-ACyc or MaxSAT >= {SPEEDUP_GOAL:g}x faster than ILP-Topo where it needs "
                          f"> {TOPO_SLOW_S:g} s", all(fast_enough) if slow else None, detail)]
     initial = [r for r in rows if r["config"] == "initial"]
     known = [r for r in initial if r["summary"]["ocf_ratio"] is not None]
@@ -116,14 +118,14 @@ def evaluate_goals(rows: list[dict]) -> list[dict]:
     detail = f"{len(within)}/{len(known)} models within {OCF_GOAL:.0%}"
     if missing:
         detail += f"; no proven optimum for {', '.join(missing)}"
-    goals.append(common.goal(f"OCF greedy within {OCF_GOAL:.0%} of optimal on every initial e-graph",
+    goals.append(tables.goal(f"OCF greedy within {OCF_GOAL:.0%} of optimal on every initial e-graph",
                              (len(within) == len(initial)) if initial and not missing else
                              (False if len(within) < len(known) else None), detail))
     return goals
 
 
 def main(argv=None):
-    ap = common.base_parser(__doc__, "extraction.json")
+    ap = zoo_models.base_parser(__doc__, "extraction.json")
     ap.add_argument("--k-multi", default="1,2", help="TENSAT k_multi values to saturate with (default 1,2)")
     ap.add_argument("--node-limit", type=int, default=20_000)
     ap.add_argument("--search-time-limit", type=float, default=120.0, help="seconds for each TENSAT run")
@@ -131,24 +133,25 @@ def main(argv=None):
     ap.add_argument("--extractors", default=",".join(EXTRACTORS))
     ap.add_argument("--solver", default="cp-sat", choices=("cp-sat", "scip"), help="for ilp-topo and ilp-acyc")
     ap.add_argument("--cost", default="auto", help="cost model kind (auto, measured, learned, analytic)")
-    ap.add_argument("--egraph-dir", default=str(common.RESULTS_DIR / "egraphs"))
+    ap.add_argument("--egraph-dir", default=str(zoo_models.RESULTS_DIR / "egraphs"))
     ap.add_argument("--no-dump", action="store_true", help="do not write the e-graphs as JSON")
     args = ap.parse_args(argv)
 
     from relay_eqsat.cost import make_cost_model
+    from relay_eqsat.extract import egraph_problem
 
     cost = make_cost_model(args.cost)
     extractors = [e.strip() for e in args.extractors.split(",") if e.strip()]
     configs = [0] + [int(k) for k in args.k_multi.split(",") if k.strip()]
     rows = []
     warmed = False
-    for name in common.model_names(args.models):
-        small = common.small_for(args, name)
-        _, _, graph = common.load_model(name, small)
+    for name in zoo_models.model_names(args.models):
+        small = zoo_models.small_for(args, name)
+        _, _, graph = zoo_models.load_model(name, small)
         for k in configs:
             label = "initial" if k == 0 else f"k_multi={k}"
             eg, root, rep = grow(graph, k, args.node_limit, args.search_time_limit)
-            problem = eg.to_problem(cost.node_cost, [root])
+            problem = egraph_problem(eg, cost.node_cost, [root])
             row = {"model": name, "small": small, "config": label, "k_multi": k,
                    "enodes": problem.num_nodes, "eclasses": problem.num_classes,
                    "blacklisted": int(problem.blacklisted.sum()),
@@ -175,14 +178,14 @@ def main(argv=None):
         line = [r["model"], r["config"], r["enodes"]]
         for e in extractors:
             x = r["extractors"].get(e, {})
-            line += [common.ms(x.get("cost")) if "error" not in x else "error", x.get("time")]
+            line += [tables.ms(x.get("cost")) if "error" not in x else "error", x.get("time")]
             if e in EXACT:
                 line.append(x.get("optimal"))
         s = r["summary"]
         line += [s["acyc_over_topo"], s["maxsat_over_topo"], s["ocf_ratio"], s["dcf_ratio"]]
         table.append(line)
     print()
-    common.print_table(headers, table, title=f"extraction (cost model {cost.kind}, time limit "
+    tables.print_table(headers, table, title=f"extraction (cost model {cost.kind}, time limit "
                                              f"{args.time_limit:g} s; ms = extracted cost, s = wall time)")
     errors = [(r["model"], r["config"], e, x["error"]) for r in rows for e, x in r["extractors"].items()
               if "error" in x]
@@ -193,7 +196,7 @@ def main(argv=None):
         print(f"warning: exact extractors proved different optima on {m} {c}")
     print()
     goals = evaluate_goals(rows)
-    common.write_json(args.out, {"machine": common.machine_info(), "args": vars(args), "cost_model": repr(cost),
+    tables.write_json(args.out, {"machine": tables.machine_info(), "args": vars(args), "cost_model": repr(cost),
                                  "rows": rows, "goals": goals})
     return rows
 

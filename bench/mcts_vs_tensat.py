@@ -28,7 +28,8 @@ MCTS run under 60 s.
 """
 from __future__ import annotations
 
-import common
+import tables
+import zoo_models
 
 PAPER_GAINS = ("nasnet_a", "nasrnn", "resnext50", "mobilenet_v2", "squeezenet", "bert")
 MCTS_TIME_GOAL_S = 60.0
@@ -36,7 +37,7 @@ BETTER = 1e-4  # "better" means at least this much relatively cheaper
 
 
 def report_row(rep) -> dict:
-    distinct, applications = common.rules_used(rep.rules_fired)
+    distinct, applications = tables.rules_used(rep.rules_fired)
     return {"cost_before": rep.cost_before, "cost_after": rep.cost_after,
             "extraction_cost": rep.info.get("extraction_cost"), "changed": rep.changed,
             "predicted_speedup": rep.speedup, "time": rep.search_time + rep.extract_time,
@@ -80,24 +81,24 @@ def run_mcts(graph, cost, args) -> dict:
 
 def evaluate_goals(rows: list[dict]) -> list[dict]:
     not_worse = [r["model"] for r in rows if r["mcts"]["cost_after"] <= r["tensat"]["cost_after"] * (1 + 1e-9)]
-    goals = [common.goal("MCTS at least as good as TENSAT on every model", len(not_worse) == len(rows),
+    goals = [tables.goal("MCTS at least as good as TENSAT on every model", len(not_worse) == len(rows),
                          f"{len(not_worse)}/{len(rows)} models")]
     paper = [r for r in rows if r["model"] in PAPER_GAINS]
     better = [r["model"] for r in paper
               if r["mcts"]["cost_after"] < r["tensat"]["cost_after"] * (1 - BETTER)]
-    goals.append(common.goal(f"MCTS better than TENSAT on {', '.join(PAPER_GAINS)}",
+    goals.append(tables.goal(f"MCTS better than TENSAT on {', '.join(PAPER_GAINS)}",
                              (len(better) == len(paper)) if paper else None,
                              f"better on {len(better)}/{len(paper)} of those run"
                              + (f" ({', '.join(better)})" if better else "")))
     fast = [r["model"] for r in rows if r["mcts"]["time"] < MCTS_TIME_GOAL_S]
-    goals.append(common.goal(f"every MCTS run under {MCTS_TIME_GOAL_S:g} s", len(fast) == len(rows),
+    goals.append(tables.goal(f"every MCTS run under {MCTS_TIME_GOAL_S:g} s", len(fast) == len(rows),
                              f"{len(fast)}/{len(rows)} models; slowest "
                              f"{max((r['mcts']['time'] for r in rows), default=0):.1f} s"))
     return goals
 
 
 def main(argv=None):
-    ap = common.base_parser(__doc__, "mcts_vs_tensat.json")
+    ap = zoo_models.base_parser(__doc__, "mcts_vs_tensat.json")
     ap.add_argument("--node-limit", type=int, default=2000)
     ap.add_argument("--budget", type=int, default=128, help="MCTS iterations per applied rule")
     ap.add_argument("--max-sim-steps", type=int, default=10)
@@ -114,16 +115,16 @@ def main(argv=None):
 
     cost = make_cost_model(args.cost)
     rows = []
-    for name in common.model_names(args.models):
-        small = common.small_for(args, name)
-        _, _, graph = common.load_model(name, small)
+    for name in zoo_models.model_names(args.models):
+        small = zoo_models.small_for(args, name)
+        _, _, graph = zoo_models.load_model(name, small)
         row = {"model": name, "small": small, "graph_nodes": len(graph)}
         row["tensat"] = run_tensat(graph, cost, args)
         print(f"{name}: tensat k_multi={row['tensat']['k_multi']} {row['tensat']['stop_reason']}, "
               f"{row['tensat']['time']:.2f}s", flush=True)
         row["mcts"] = run_mcts(graph, cost, args)
         print(f"{name}: mcts {row['mcts']['stop_reason']}, {row['mcts']['time']:.2f}s", flush=True)
-        row["mcts_over_tensat_cost"] = common.ratio(row["mcts"]["cost_after"], row["tensat"]["cost_after"])
+        row["mcts_over_tensat_cost"] = tables.ratio(row["mcts"]["cost_after"], row["tensat"]["cost_after"])
         rows.append(row)
 
     headers = ["model", "input ms", "tensat k", "tensat ms", "tensat x", "tensat s", "tensat nodes", "tensat stop",
@@ -132,19 +133,19 @@ def main(argv=None):
     table = []
     for r in rows:
         t, m = r["tensat"], r["mcts"]
-        table.append([r["model"], common.ms(t["cost_before"]), t["k_multi"], common.ms(t["cost_after"]),
+        table.append([r["model"], tables.ms(t["cost_before"]), t["k_multi"], tables.ms(t["cost_after"]),
                       t["predicted_speedup"], t["time"], t["egraph_nodes"], t["stop_reason"], t["rules_distinct"],
-                      t["rule_applications"], common.ms(m["cost_after"]), m["predicted_speedup"], m["time"],
+                      t["rule_applications"], tables.ms(m["cost_after"]), m["predicted_speedup"], m["time"],
                       m["egraph_nodes"], m["stop_reason"], m["rules_distinct"], m["rule_applications"],
                       r["mcts_over_tensat_cost"]])
     print()
-    common.print_table(headers, table, title=(
+    tables.print_table(headers, table, title=(
         f"MCTS vs TENSAT (node limit {args.node_limit}, budget {args.budget}, {args.max_sim_steps} simulation "
         f"steps, final extractor {args.final_extractor}, cost model {cost.kind}; ms = predicted cost, "
         f"x = predicted speedup, s = search + extraction)"))
     print()
     goals = evaluate_goals(rows)
-    common.write_json(args.out, {"machine": common.machine_info(), "args": vars(args), "cost_model": repr(cost),
+    tables.write_json(args.out, {"machine": tables.machine_info(), "args": vars(args), "cost_model": repr(cost),
                                  "rows": rows, "goals": goals})
     return rows
 

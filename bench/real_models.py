@@ -48,28 +48,22 @@ model and variant).
 from __future__ import annotations
 
 import argparse
-import glob
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import common
 import export_onnx
+import runtime_stats
+import tables
+import zoo_models
+from export_venv import ensure_export_venv, export_model, export_versions, run_ort
 
 BENCH_DIR = Path(__file__).resolve().parent
-ROOT = BENCH_DIR.parent
 MODELS_DIR = BENCH_DIR / "models"
-EXPORT_VENV = ROOT / ".venv-export"
-EXPORT_SCRIPT = BENCH_DIR / "export_onnx.py"
-EXPORT_PACKAGES = ["torch==2.14.*", "torchvision==0.29.*", "transformers>=5,<6", "onnx", "onnxruntime",
-                   "onnxscript"]
-EXPORT_IMPORTS = "import torch, torchvision, transformers, onnx, onnxruntime, onnxscript"
 
 REAL_MODELS = tuple(export_onnx.MODELS)
 BASELINE = "opt3"
@@ -138,7 +132,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="RELAY_EQSAT_IGNORE_SHIPPED=1: the cost model ignores the shipped tables and models")
     ap.add_argument("--models-dir", default=str(MODELS_DIR), help="exported ONNX cache")
     ap.add_argument("--seed", type=int, default=0, help="random inputs")
-    ap.add_argument("--out", default=str(common.RESULTS_DIR / "real_models.json"), help="JSON result file")
+    ap.add_argument("--out", default=str(zoo_models.RESULTS_DIR / "real_models.json"), help="JSON result file")
     args = ap.parse_args(argv)
     if args.rounds is None:
         args.rounds = 3 if args.quick else 9
@@ -156,91 +150,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-# -- the export venv and onnxruntime --------------------------------------------------------------
-
-def find_python311() -> str | None:
-    """A Python 3.11 interpreter, looked for where the Makefile looks for 3.10."""
-    candidates = ["python3.11", *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.11*/bin/python3.11"))),
-                  "/usr/local/bin/python3.11", "/usr/bin/python3.11"]
-    for p in candidates:
-        try:
-            ok = subprocess.run([p, "-c", "import sys; assert sys.version_info[:2] == (3, 11)"],
-                                capture_output=True, timeout=60).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            ok = False
-        if ok:
-            return p
-    return None
-
-
-def _tail(text: str, lines: int = 5) -> str:
-    return " | ".join(ln.strip() for ln in text.strip().splitlines()[-lines:] if ln.strip())
-
-
-def ensure_export_venv(venv: Path = EXPORT_VENV) -> Path:
-    """The export venv's python, creating the venv and installing its packages when missing."""
-    py = venv / "bin" / "python"
-    if py.exists() and subprocess.run([str(py), "-c", EXPORT_IMPORTS], capture_output=True).returncode == 0:
-        return py
-    if not py.exists():
-        base = find_python311()
-        if base is None:
-            raise RuntimeError("python3.11 not found: the export venv (torch, torchvision, transformers) needs it")
-        print(f"creating {venv} with {base}", flush=True)
-        subprocess.run([base, "-m", "venv", str(venv)], check=True)
-    print(f"installing {' '.join(EXPORT_PACKAGES)} into {venv} (once)", flush=True)
-    subprocess.run([str(py), "-m", "pip", "install", *EXPORT_PACKAGES], check=True)
-    return py
-
-
-def _run_helper(py: Path, *args: str, timeout: float = 3600) -> str:
-    proc = subprocess.run([str(py), str(EXPORT_SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"export_onnx.py {args[0]} failed: {_tail(proc.stderr or proc.stdout)}")
-    return proc.stdout
-
-
-def export_model(py: Path, name: str, models_dir: Path) -> tuple[Path, dict]:
-    """The model's ONNX file and its metadata, exporting it when not cached."""
-    path = models_dir / f"{name}.onnx"
-    meta = path.with_suffix(".json")
-    if not (path.exists() and meta.exists()):
-        print(f"{name}: exporting to {path}", flush=True)
-        _run_helper(py, "export", name, str(path))
-    return path, json.loads(meta.read_text())
-
-
-def run_ort(py: Path, onnx_path: Path, inputs: Mapping, workdir: Path, args) -> tuple[list, dict]:
-    """onnxruntime's outputs on ``inputs`` and its timing (median seconds and samples)."""
-    import numpy as np
-
-    stem = workdir / onnx_path.stem
-    np.savez(f"{stem}_in.npz", **inputs)
-    _run_helper(py, "ort", str(onnx_path), f"{stem}_in.npz", f"{stem}_out.npz", f"{stem}_ort.json",
-                "--threads", str(args.threads), "--rounds", str(args.rounds),
-                "--min-repeat-ms", str(args.min_repeat_ms))
-    with np.load(f"{stem}_out.npz") as z:
-        outputs = [z[f"output_{k}"] for k in range(len(z.files))]
-    return outputs, json.loads(Path(f"{stem}_ort.json").read_text())
-
-
-def export_versions(py: Path | None) -> dict | None:
-    if py is None:
-        return None
-    try:
-        return json.loads(_run_helper(py, "versions", timeout=300))
-    except Exception as e:  # noqa: BLE001 - versions are informative only
-        return {"error": common_error(e)}
-
-
 # -- models and inputs ----------------------------------------------------------------------------
 
 def make_inputs(specs: Sequence[Mapping], seed: int = 0) -> dict:
-    """Seeded random inputs for ONNX input specs: floats standard normal (passes.target.random_inputs),
+    """Seeded random inputs for ONNX input specs: floats standard normal (passes.runtime.random_inputs),
     integers uniform in the spec's [low, high) (token ids, a 0/1 mask)."""
     import numpy as np
 
-    from relay_eqsat.passes.target import random_inputs
+    from relay_eqsat.passes.runtime import random_inputs
 
     out = random_inputs({s["name"]: (s["shape"], s["dtype"]) for s in specs}, seed)
     rng = np.random.default_rng(seed + 1)
@@ -275,7 +192,7 @@ def load_zoo(name: str, small: bool, seed: int = 0):
     """A zoo model, weights bound, and seeded random inputs."""
     from relay_eqsat.passes import zoo
     from relay_eqsat.passes.eqsat_pass import bind_params
-    from relay_eqsat.passes.target import random_inputs
+    from relay_eqsat.passes.runtime import random_inputs
 
     mod, params = zoo.get(name, small=small)
     bound = bind_params(mod, params)
@@ -296,24 +213,19 @@ def make_pass(variant: str):
     return EqSatPass(**known), sorted(set(options) - set(known))
 
 
-def common_error(e: BaseException) -> str:
-    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
-    return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:400]
-
-
 def run_pass(variant: str, bound) -> tuple[Any, dict]:
     """(the module after ``variant``'s pass, what to record: optimization seconds, the report's
     figures, warnings); the module is ``bound`` itself when the pass kept it."""
     import tvm
 
     p, missing = make_pass(variant)
-    with warnings.catch_warnings(record=True) as caught, common.stopwatch() as took:
+    with warnings.catch_warnings(record=True) as caught, runtime_stats.stopwatch() as took:
         warnings.simplefilter("always")
         with tvm.transform.PassContext(opt_level=3):
             out = p(bound)
     report = p.last_report or {}
     fired = {k: v for k, v in (report.get("rules_fired") or {}).items() if v}
-    distinct, total = common.rules_used(fired)
+    distinct, total = tables.rules_used(fired)
     info = {"opt_time": took(), "report_changed": report.get("changed"), "predicted_speedup":
             report.get("predicted_speedup"), "reason": report.get("reason"), "rules_fired": fired,
             "rules_distinct": distinct, "rule_applications": total, "stop_reason": report.get("stop_reason"),
@@ -374,7 +286,7 @@ def run_variants(bound, inputs: Mapping, variants: Sequence[str], args, referenc
     paired rounds, compare outputs. Returns ``{variant: record}``."""
     import numpy as np
 
-    from relay_eqsat.passes.target import build_and_run, output_error, paired_ratio, time_rounds
+    from relay_eqsat.passes.runtime import build_and_run, output_error, paired_ratio, time_rounds
 
     records: dict[str, dict] = {BASELINE: {"opt_time": 0.0}}
     modules = {BASELINE: bound}
@@ -385,7 +297,7 @@ def run_variants(bound, inputs: Mapping, variants: Sequence[str], args, referenc
             try:
                 modules[run], records[run] = run_pass(run, bound)
             except Exception as e:  # noqa: BLE001 - one variant failing is a result
-                records[run] = {"error": f"pass failed: {common_error(e)}"}
+                records[run] = {"error": f"pass failed: {tables.error_text(e)}"}
             print(f"  {run}: " + (records[run].get("error") or f"{records[run]['opt_time']:.1f} s, "
                                   f"reason: {records[run].get('reason')}"), flush=True)
     same = dedup(modules)
@@ -401,7 +313,7 @@ def run_variants(bound, inputs: Mapping, variants: Sequence[str], args, referenc
             built[name] = (m, outputs)
             rec["build_time"] = build_s
         except Exception as e:  # noqa: BLE001
-            rec["error"] = f"build failed: {common_error(e)}"
+            rec["error"] = f"build failed: {tables.error_text(e)}"
             if name == BASELINE:
                 raise
     order = list(built)
@@ -440,12 +352,12 @@ def onnx_row(name: str, py: Path | None, workdir: Path, args) -> dict:
         row.update(onnx=str(path), export=meta)
         inputs = make_inputs(meta["inputs"], args.seed)
         reference, row["ort"] = run_ort(py, path, inputs, workdir, args)
-        with common.stopwatch() as took:
+        with runtime_stats.stopwatch() as took:
             bound = load_onnx(path, meta["inputs"])
         row["load_time"] = took()
         row["variants"] = run_variants(bound, inputs, args.variant_list, args, reference)
     except Exception as e:  # noqa: BLE001 - a model failing is a result; the rest go on
-        row["error"] = common_error(e)
+        row["error"] = tables.error_text(e)
     return row
 
 
@@ -455,7 +367,7 @@ def zoo_row(name: str, small: bool, args) -> dict:
         bound, inputs = load_zoo(name, small, args.seed)
         row["variants"] = run_variants(bound, inputs, args.variant_list, args, None)
     except Exception as e:  # noqa: BLE001
-        row["error"] = common_error(e)
+        row["error"] = tables.error_text(e)
     return row
 
 
@@ -475,13 +387,13 @@ def table_rows(rows: Sequence[Mapping]) -> list[list]:
         if "error" in row and not row.get("variants"):
             out.append([label, "-", f"failed: {row['error']}"[:100]] + [None] * (len(HEADERS) - 3))
             continue
-        ort_ms = common.ms(row.get("ort", {}).get("median_s"))
+        ort_ms = tables.ms(row.get("ort", {}).get("median_s"))
         for k, (variant, rec) in enumerate(row["variants"].items()):
             if "median_s" not in rec:
                 out.append([label, variant, f"failed: {rec.get('error')}"[:100]] + [None] * (len(HEADERS) - 3))
                 continue
             shared = rec.get("same_as")
-            median = common.fmt(common.ms(rec["median_s"])) + (f" (= {shared})" if shared else "")
+            median = tables.fmt(tables.ms(rec["median_s"])) + (f" (= {shared})" if shared else "")
             wins = "-" if variant == BASELINE else f"{rec['wins']}/{rec['rounds']}"
             out.append([label, variant, rec.get("changed"), rec.get("predicted_speedup"), rec.get("opt_time"),
                         f"= {shared}" if shared else rec.get("build_time"), median, rec["ratio_vs_opt3"], wins,
@@ -493,7 +405,7 @@ def calibration_text(cal: Any) -> str:
     """The report's calibration entry in one line (its non-zero counts, seconds and error)."""
     if not isinstance(cal, Mapping):
         return str(cal)
-    parts = [f"{k} {common.fmt(cal[k])}" for k in ("measured", "reused", "failed", "unmeasured", "seconds",
+    parts = [f"{k} {tables.fmt(cal[k])}" for k in ("measured", "reused", "failed", "unmeasured", "seconds",
                                                     "rounds", "error") if cal.get(k)]
     return ", ".join(parts) or "nothing measured"
 
@@ -560,10 +472,10 @@ def plot_ratios(rows: Sequence[Mapping], path: Path) -> Path | None:
 
 
 def machine(args, py: Path | None) -> dict:
-    """common.machine_info() plus the CPU model, thread counts, cost settings and versions."""
+    """tables.machine_info() plus the CPU model, thread counts, cost settings and versions."""
     import importlib.metadata as md
 
-    info = common.machine_info()
+    info = tables.machine_info()
     try:
         with open("/proc/cpuinfo") as f:
             info["cpu_model"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
@@ -601,7 +513,7 @@ def main(argv=None) -> list[dict]:
             try:
                 py = ensure_export_venv()
             except Exception as e:  # noqa: BLE001 - the zoo rows still run
-                print(f"export venv unavailable: {common_error(e)}", flush=True)
+                print(f"export venv unavailable: {tables.error_text(e)}", flush=True)
         info = machine(args, py)
         print(f"{info.get('cpu_model')}, {info.get('target')}, {args.threads} thread(s); cost database {cost_db}",
               flush=True)
@@ -612,10 +524,10 @@ def main(argv=None) -> list[dict]:
             rows.append(job())
             if "error" in rows[-1]:
                 print(f"  failed: {rows[-1]['error']}", flush=True)
-            common.write_json(out, {"machine": info, "args": vars(args),
+            tables.write_json(out, {"machine": info, "args": vars(args),
                                     "cost_db": str(cost_db), "rows": rows})
         print()
-        common.print_table(HEADERS, table_rows(rows),
+        tables.print_table(HEADERS, table_rows(rows),
                            title=f"Real models, {args.threads} thread(s): median of {args.rounds} paired rounds; "
                                  "ratio = median per-round time / opt3's (below 1: faster); errors relative to "
                                  f"max(1, max|ref|), pass <= {RTOL:g}")

@@ -31,7 +31,7 @@ import dataclasses
 import re
 import sys
 
-import common
+import zoo_models
 import real_models
 
 TRUST = {"check_runtime": "off", "calibrate": "off", "min_gain": 0.0}
@@ -75,7 +75,7 @@ def main(argv=None):
     if not any(a.startswith("--variants") for a in argv):
         argv += ["--variants", ",".join(["all", *FAMILIES])]
     if not any(a.startswith("--out") for a in argv):
-        argv += ["--out", str(common.RESULTS_DIR / "rule_families.json")]
+        argv += ["--out", str(zoo_models.RESULTS_DIR / "rule_families.json")]
     if not any(a.startswith("--models") for a in argv):
         argv += ["--models", "squeezenet1_1,shufflenet_v2_x1_0,googlenet,densenet121"]
     if not any(a.startswith("--zoo") for a in argv):

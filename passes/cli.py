@@ -238,7 +238,8 @@ def _run_optimize(args) -> int:
     from tvm import relay
 
     from .eqsat_pass import EqSatPass, bind_params
-    from .target import build_and_run, host_target, output_error, random_inputs, time_interleaved
+    from .runtime import build_and_run, output_error, random_inputs, time_interleaved
+    from .target import host_target
 
     if args.verbose:
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")

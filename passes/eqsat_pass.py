@@ -37,7 +37,8 @@ from relay_eqsat.optimize import optimize_graph, resolve_cost, resolve_rules
 from relay_eqsat.options import DEFAULTS, OPTIMIZER_OPTIONS, OPTIONS, set_hook, validate
 
 from .relay import UnsupportedProgram, from_relay, main_function, to_relay
-from .target import build_and_run, host_target, output_error, paired_ratio, random_inputs, runs_here, time_rounds
+from .runtime import build_and_run, output_error, paired_ratio, random_inputs, time_rounds, timer
+from .target import host_target, runs_here
 from .verdicts import Verdicts
 
 log = logging.getLogger(__name__)
@@ -284,7 +285,7 @@ def _one_run_seconds(m, first_run_s: float, time_limit: float) -> float:
     run again just to learn it is slow), else one warm timed run."""
     if first_run_s / 2 * RUNTIME_MIN_ROUNDS > time_limit:
         return first_run_s
-    return float(m.module.time_evaluator("run", tvm.cpu(0), number=1, repeat=1)().results[0])
+    return timer(m)()[0]
 
 
 def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rtol: float = 1e-4,
@@ -333,12 +334,6 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
         out.update(runtime_before=statistics.median(t_before), runtime_after=statistics.median(t_after),
                    ratio=ratio, wins=wins, rounds=len(t_before))
     return out
-
-
-def verify_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0,
-                   rtol: float = 1e-4, target: str | None = None) -> float:
-    """:func:`compare_modules` without timing; returns the largest relative error."""
-    return compare_modules(before, after, seed, rtol, target)["max_error"]
 
 
 def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, Any],

@@ -2,7 +2,8 @@
 
 The frontend takes the ``main`` function of a type-checked Relay module, a pure
 dataflow graph with static shapes, and turns every call of an operator of the
-:mod:`relay_eqsat.ops` table into a node with canonical attributes. Anything
+:mod:`relay_eqsat.ops` table with Relay conversions (registered by
+:mod:`relay_eqsat.passes.relay_ops`) into a node with canonical attributes. Anything
 else is kept verbatim as an ``opaque`` node whose payload (:class:`OpaqueCall`)
 rebuilds the original call; a call is also made opaque when ``ops.infer_type``
 disagrees with Relay's type for it, so a round trip never changes meaning.
@@ -26,6 +27,10 @@ from tvm import relay
 from relay_eqsat import ops
 from relay_eqsat.graph import Attrs, TensorGraph, TensorType, TupleType, Type
 
+from .relay_ops import NotModelled  # importing it registers every op's Relay conversions
+from .runtime import build, executor
+from .target import host_target
+
 log = logging.getLogger(__name__)
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
@@ -38,10 +43,6 @@ class UnsupportedProgram(ValueError):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
-
-
-class _NotModelled(Exception):
-    """A call of a modelled op whose attributes or types we do not model."""
 
 
 # -- types ---------------------------------------------------------------------
@@ -122,219 +123,8 @@ class OpaqueCall:
         return f"OpaqueCall({self.name}, {list(self.in_types)} -> {self.out_type}, {self.reason!r})"
 
 
-# -- frontend: attribute conversion -------------------------------------------
-
-def _ints(values) -> tuple[int, ...]:
-    return tuple(int(v) for v in values)
-
-
-def _pair(values, what: str) -> tuple[int, int]:
-    v = _ints(values if not isinstance(values, (int, tvm.tir.IntImm)) else [values])
-    if len(v) == 1:
-        return (v[0], v[0])
-    if len(v) != 2:
-        raise _NotModelled(f"{what} {list(v)}")
-    return v
-
-
-def _pad4(values) -> tuple[int, int, int, int]:
-    """Relay's 2-d padding (1, 2 or 4 values) as (top, left, bottom, right)."""
-    p = _ints(values if not isinstance(values, (int, tvm.tir.IntImm)) else [values])
-    if len(p) == 1:
-        return (p[0],) * 4
-    if len(p) == 2:
-        return (p[0], p[1], p[0], p[1])
-    if len(p) == 4:
-        return p
-    raise _NotModelled(f"padding {list(p)}")
-
-
-def _axis(a, ndim: int) -> int:
-    a = int(a)
-    if a < 0:
-        a += ndim
-    if not 0 <= a < ndim:
-        raise _NotModelled(f"axis {a} out of range for rank {ndim}")
-    return a
-
-
-def _out_dtype(attrs, in_dtype: str) -> str:
-    d = str(attrs.out_dtype or "")
-    return "" if d in ("", in_dtype) else d
-
-
-def _layout(attrs, name: str, want: str) -> str:
-    v = str(getattr(attrs, name))
-    if v != want:
-        raise _NotModelled(f"{name}={v}")
-    out = str(getattr(attrs, "out_layout", "") or "")
-    if out not in ("", want):
-        raise _NotModelled(f"out_layout={out}")
-    return v
-
-
-def _conv2d(fe, call, ts):
-    a = call.attrs
-    if str(a.kernel_layout) != "OIHW":
-        raise _NotModelled(f"kernel_layout={a.kernel_layout}")
-    return dict(strides=_pair(a.strides, "strides"), padding=_pad4(a.padding),
-                dilation=_pair(a.dilation, "dilation"), groups=int(a.groups),
-                data_layout=_layout(a, "data_layout", "NCHW"), kernel_layout="OIHW",
-                out_dtype=_out_dtype(a, ts[0].dtype))
-
-
-def _dense(fe, call, ts):
-    return dict(out_dtype=_out_dtype(call.attrs, ts[0].dtype))
-
-
-def _matmul(fe, call, ts):
-    a = call.attrs
-    return dict(transpose_a=bool(a.transpose_a), transpose_b=bool(a.transpose_b),
-                out_dtype=_out_dtype(a, ts[0].dtype))
-
-
-def _no_attrs(fe, call, ts):
-    return {}
-
-
-def _clip(fe, call, ts):
-    return dict(a_min=float(call.attrs.a_min), a_max=float(call.attrs.a_max))
-
-
-def _leaky_relu(fe, call, ts):
-    return dict(alpha=float(call.attrs.alpha))
-
-
-def _pool(fe, call, ts):
-    a = call.attrs
-    d = dict(pool_size=_pair(a.pool_size, "pool_size"), strides=_pair(a.strides, "strides"),
-             dilation=_pair(a.dilation, "dilation"), padding=_pad4(a.padding),
-             layout=_layout(a, "layout", "NCHW"), ceil_mode=bool(a.ceil_mode))
-    if call.op.name == "nn.avg_pool2d":
-        d["count_include_pad"] = bool(a.count_include_pad)
-    return d
-
-
-def _global_pool(fe, call, ts):
-    return dict(layout=_layout(call.attrs, "layout", "NCHW"))
-
-
-def _transpose(fe, call, ts):
-    nd = ts[0].ndim
-    axes = call.attrs.axes
-    if axes is None or len(axes) == 0:
-        return dict(axes=tuple(range(nd - 1, -1, -1)))
-    axes = tuple(_axis(x, nd) for x in axes)
-    if sorted(axes) != list(range(nd)):
-        raise _NotModelled(f"axes {axes} is not a permutation")
-    return dict(axes=axes)
-
-
-def _reshape(fe, call, ts, out):
-    return dict(newshape=out.shape)
-
-
-def _concatenate(fe, call, ts, out):
-    return dict(axis=_axis(call.attrs.axis, out.ndim))
-
-
-def _split(fe, call, ts):
-    x = ts[0]
-    axis = _axis(call.attrs.axis, x.ndim)
-    ios = call.attrs.indices_or_sections
-    if isinstance(ios, (int, tvm.tir.IntImm)):
-        n = int(ios)
-        if n < 1 or x.shape[axis] % n:
-            raise _NotModelled(f"{n} sections of {x.shape[axis]}")
-        step = x.shape[axis] // n
-        indices = tuple(step * i for i in range(1, n))
-    else:
-        indices = _ints(ios)
-        if any(i < 0 for i in indices) or list(indices) != sorted(indices):
-            raise _NotModelled(f"split indices {list(indices)}")
-    return dict(indices=indices, axis=axis)
-
-
-def _strided_slice(fe, call, ts):
-    """Relay's begin/end/strides/axes/slice_mode as given: ``ops.normalize_attrs``
-    resolves them the way Relay's type relation does (one implementation)."""
-    a = call.attrs
-    if a.begin is None or a.end is None:
-        raise _NotModelled("dynamic strided_slice")
-    d = dict(begin=_ints(a.begin), end=_ints(a.end), slice_mode=str(a.slice_mode))
-    if a.strides is not None:
-        d["strides"] = _ints(a.strides)
-    if a.axes is not None:
-        d["axes"] = _ints(a.axes)
-    return d
-
-
-def _pad(fe, call, ts):
-    a = call.attrs
-    if str(a.pad_mode) != "constant":
-        raise _NotModelled(f"pad_mode={a.pad_mode}")
-    pv = call.args[1]
-    if not isinstance(pv, relay.Constant) or pv.data.numpy().size != 1:
-        raise _NotModelled("non-constant pad_value")
-    pad_width = tuple(_ints(p) for p in a.pad_width)
-    if len(pad_width) != ts[0].ndim or any(len(p) != 2 or min(p) < 0 for p in pad_width):
-        raise _NotModelled(f"pad_width {pad_width}")
-    return dict(pad_width=pad_width, pad_value=float(pv.data.numpy().reshape(())), pad_mode="constant")
-
-
-def _axis_only(fe, call, ts):
-    return dict(axis=_axis(call.attrs.axis, ts[0].ndim))
-
-
-def _norm(fe, call, ts):
-    a = call.attrs
-    return dict(axis=_axis(a.axis, ts[0].ndim), epsilon=float(a.epsilon),
-                center=bool(a.center), scale=bool(a.scale))
-
-
-def _mean(fe, call, ts):
-    """Relay's axis/keepdims/exclude as given: ``ops.normalize_attrs`` resolves them."""
-    a = call.attrs
-    return dict(axis=None if a.axis is None else _ints(a.axis), keepdims=bool(a.keepdims),
-                exclude=bool(a.exclude))
-
-
-# op name -> (attribute converter, number of leading args that are graph inputs
-# or None for all, whether the converter needs the output type)
-_BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")
-_UNARY = ("nn.relu", "tanh", "sigmoid", "erf", "exp", "sqrt", "rsqrt", "negative")
-
-_CONVERTERS: dict[str, tuple[Callable, int | None, bool]] = {
-    "nn.conv2d": (_conv2d, None, False),
-    "nn.dense": (_dense, None, False),
-    "nn.matmul": (_matmul, None, False),
-    "nn.batch_matmul": (_matmul, None, False),
-    **{name: (_no_attrs, None, False) for name in _BINARY + _UNARY},
-    "clip": (_clip, None, False),
-    "nn.leaky_relu": (_leaky_relu, None, False),
-    "nn.max_pool2d": (_pool, None, False),
-    "nn.avg_pool2d": (_pool, None, False),
-    "nn.global_avg_pool2d": (_global_pool, None, False),
-    "nn.global_max_pool2d": (_global_pool, None, False),
-    "transpose": (_transpose, None, False),
-    "reshape": (_reshape, None, True),
-    "concatenate": (_concatenate, None, True),
-    "split": (_split, None, False),
-    "strided_slice": (_strided_slice, None, False),
-    "nn.pad": (_pad, 1, False),
-    "nn.bias_add": (_axis_only, None, False),
-    "nn.batch_norm": (_norm, None, False),
-    "nn.softmax": (_axis_only, None, False),
-    "nn.layer_norm": (_norm, None, False),
-    "mean": (_mean, None, False),
-}
-
-MODELLED_OPS = frozenset(_CONVERTERS)
-
-
-def _normalize(op: str, attrs: Attrs, input_types) -> Attrs:
-    norm = getattr(ops, "normalize_attrs", None)
-    return norm(op, attrs, input_types) if norm is not None else attrs
+#: ops with Relay conversions (``passes/relay_ops.py``); the frontend keeps any other call opaque
+MODELLED_OPS = frozenset(name for name, d in ops.OPS.items() if d.relay is not None)
 
 
 # -- frontend: the walk -------------------------------------------------------
@@ -471,11 +261,10 @@ class _Frontend:
         out = convert_type(call.checked_type)
         name = str(call.op.name)
         reason = "not modelled"
-        conv = _CONVERTERS.get(name)
-        if conv is not None:
+        if name in MODELLED_OPS:
             try:
-                return self._modelled(call, name, conv, out)
-            except _NotModelled as e:
+                return self._modelled(call, ops.OPS[name], out)
+            except NotModelled as e:
                 reason = str(e)
                 log.debug("%s kept opaque: %s", name, reason)
             except Exception as e:  # noqa: BLE001 - ops table or attrs outside the contract
@@ -483,28 +272,28 @@ class _Frontend:
                 log.debug("%s kept opaque: %s", name, reason)
         return self._opaque(call, out, reason)
 
-    def _modelled(self, call, name, conv, out) -> int:
-        fn, n_inputs, needs_out = conv
-        args = call.args if n_inputs is None else call.args[:n_inputs]
-        if name == "concatenate":
-            inputs = self.fields(args[0])
+    def _modelled(self, call, op: ops.OpDef, out) -> int:
+        """The node of a call of a modelled op: its first ``arity`` arguments are the
+        inputs (a variadic op's are the fields of its tuple argument)."""
+        name = op.name
+        if op.arity is None:
+            inputs = self.fields(call.args[0])
         else:
             inputs = []
-            for a in args:
+            for a in call.args[:op.arity]:
                 if isinstance(a.checked_type, relay.TupleType):
-                    raise _NotModelled("tuple argument")
+                    raise NotModelled("tuple argument")
                 inputs.append(self.value(a))
         ts = [self.g[i].type for i in inputs]
         for t in ts + (list(out.fields) if isinstance(out, TupleType) else [out]):
             if t.dtype not in FLOAT_DTYPES:
-                raise _NotModelled(f"dtype {t.dtype}")
-        attrs = fn(self, call, ts, out) if needs_out else fn(self, call, ts)
-        attrs = _normalize(name, Attrs(attrs), ts)
+                raise NotModelled(f"dtype {t.dtype}")
+        attrs = ops.normalize_attrs(name, Attrs(op.relay.from_relay(call, ts, out)), ts)
         inferred = ops.infer_type(name, attrs, ts)
         if inferred != out:
             log.warning("%s%r: ops.infer_type gives %s but Relay says %s; kept opaque",
                         name, attrs, inferred, out)
-            raise _NotModelled(f"type mismatch: inferred {inferred}, Relay {out}")
+            raise NotModelled(f"type mismatch: inferred {inferred}, Relay {out}")
         return self.g.add(name, inputs, attrs)
 
     def _opaque(self, call, out: Type, reason: str) -> int:
@@ -558,96 +347,6 @@ def from_relay(mod_or_func, params: Mapping | None = None) -> TensorGraph:
 
 
 # -- backend -------------------------------------------------------------------
-
-def _b_conv2d(a, xs, ts, out):
-    w = ts[1]
-    return relay.nn.conv2d(xs[0], xs[1], strides=a["strides"], padding=a["padding"],
-                           dilation=a["dilation"], groups=a["groups"], channels=w.shape[0],
-                           kernel_size=w.shape[2:], data_layout=a.get("data_layout", "NCHW"),
-                           kernel_layout=a.get("kernel_layout", "OIHW"),
-                           out_dtype=a.get("out_dtype", ""))
-
-
-def _b_dense(a, xs, ts, out):
-    x, w = ts
-    if x.ndim == 2:
-        return relay.nn.dense(xs[0], xs[1], units=w.shape[0], out_dtype=a.get("out_dtype", ""))
-    # TVM's x86 dense layout rewrite (opt_level 3) only takes 2-d data
-    flat = relay.reshape(xs[0], [-1, x.shape[-1]])
-    y = relay.nn.dense(flat, xs[1], units=w.shape[0], out_dtype=a.get("out_dtype", ""))
-    return relay.reshape(y, list(out.shape))
-
-
-def _b_matmul(a, xs, ts, out):
-    b = ts[1]
-    units = b.shape[0] if a["transpose_b"] else b.shape[-1]
-    return relay.nn.matmul(xs[0], xs[1], units=units, out_dtype=a.get("out_dtype", ""),
-                           transpose_a=a["transpose_a"], transpose_b=a["transpose_b"])
-
-
-def _b_batch_matmul(a, xs, ts, out):
-    return relay.nn.batch_matmul(xs[0], xs[1], out_dtype=a.get("out_dtype", ""),
-                                 transpose_a=a["transpose_a"], transpose_b=a["transpose_b"])
-
-
-def _b_plain(name):
-    op = relay.op.get(name)
-    return lambda a, xs, ts, out: relay.Call(op, list(xs))
-
-
-def _b_add(a, xs, ts, out):
-    # hhb-tvm's SimplifyExpr rewrites add(e, e) into multiply(e, 2) and, when e
-    # contains a conv2d, leaves a free variable behind (relay.build fails).
-    # e + e == e * 2 exactly in floating point, so emit the product directly.
-    if xs[0].same_as(xs[1]):
-        return relay.multiply(xs[0], relay.const(np.array(2, dtype=ts[0].dtype)))
-    return relay.add(xs[0], xs[1])
-
-
-def _b_pool(name):
-    def build(a, xs, ts, out):
-        kw = dict(pool_size=a["pool_size"], strides=a["strides"], dilation=a["dilation"],
-                  padding=a["padding"], layout=a.get("layout", "NCHW"), ceil_mode=a["ceil_mode"])
-        if name == "nn.avg_pool2d":
-            return relay.nn.avg_pool2d(xs[0], count_include_pad=a["count_include_pad"], **kw)
-        return relay.nn.max_pool2d(xs[0], **kw)
-    return build
-
-
-def _b_pad(a, xs, ts, out):
-    pv = relay.const(np.array(a["pad_value"], dtype=ts[0].dtype))
-    return relay.nn.pad(xs[0], [list(p) for p in a["pad_width"]], pv, a.get("pad_mode", "constant"))
-
-
-_BUILDERS: dict[str, Callable] = {
-    "nn.conv2d": _b_conv2d,
-    "nn.dense": _b_dense,
-    "nn.matmul": _b_matmul,
-    "nn.batch_matmul": _b_batch_matmul,
-    **{name: _b_plain(name) for name in _BINARY + _UNARY},
-    "add": _b_add,
-    "clip": lambda a, xs, ts, out: relay.clip(xs[0], a["a_min"], a["a_max"]),
-    "nn.leaky_relu": lambda a, xs, ts, out: relay.nn.leaky_relu(xs[0], a["alpha"]),
-    "nn.max_pool2d": _b_pool("nn.max_pool2d"),
-    "nn.avg_pool2d": _b_pool("nn.avg_pool2d"),
-    "nn.global_avg_pool2d": lambda a, xs, ts, out: relay.nn.global_avg_pool2d(xs[0], a.get("layout", "NCHW")),
-    "nn.global_max_pool2d": lambda a, xs, ts, out: relay.nn.global_max_pool2d(xs[0], a.get("layout", "NCHW")),
-    "transpose": lambda a, xs, ts, out: relay.transpose(xs[0], list(a["axes"])),
-    "reshape": lambda a, xs, ts, out: relay.reshape(xs[0], list(a["newshape"])),
-    "concatenate": lambda a, xs, ts, out: relay.concatenate(list(xs), a["axis"]),
-    "split": lambda a, xs, ts, out: relay.split(xs[0], list(a["indices"]), a["axis"]).astuple(),
-    "strided_slice": lambda a, xs, ts, out: relay.strided_slice(
-        xs[0], list(a["begin"]), list(a["end"]), list(a["strides"])),
-    "nn.pad": _b_pad,
-    "nn.bias_add": lambda a, xs, ts, out: relay.nn.bias_add(xs[0], xs[1], a["axis"]),
-    "nn.batch_norm": lambda a, xs, ts, out: relay.nn.batch_norm(
-        *xs, axis=a["axis"], epsilon=a["epsilon"], center=a["center"], scale=a["scale"]).astuple(),
-    "nn.softmax": lambda a, xs, ts, out: relay.nn.softmax(xs[0], a["axis"]),
-    "nn.layer_norm": lambda a, xs, ts, out: relay.nn.layer_norm(
-        xs[0], xs[1], xs[2], axis=a["axis"], epsilon=a["epsilon"], center=a["center"], scale=a["scale"]),
-    "mean": lambda a, xs, ts, out: relay.mean(xs[0], axis=list(a["axis"]), keepdims=a["keepdims"]),
-}
-
 
 def _c_array(value) -> np.ndarray:
     """``value`` as a C-contiguous array of the same shape (0-d stays 0-d,
@@ -743,12 +442,11 @@ def to_relay(graph: TensorGraph, signature: Sequence[tuple[str, TensorType]] | N
         elif n.op == "opaque":
             e = graph.opaque[n.attrs["key"]].call(xs)
         else:
-            try:
-                builder = _BUILDERS[n.op]
-            except KeyError:
-                raise ValueError(f"no Relay builder for op {n.op!r}") from None
-            full = {**(ops.get(n.op).defaults or {}), **n.attrs}
-            e = builder(full, xs, [graph[j].type for j in n.inputs], n.type)
+            d = ops.OPS.get(n.op)
+            if d is None or d.relay is None:
+                raise ValueError(f"no Relay builder for op {n.op!r}")
+            full = {**(d.defaults or {}), **n.attrs}
+            e = d.relay.to_relay(full, xs, [graph[j].type for j in n.inputs], n.type)
         exprs[i] = e
     return relay.Function(list(params.values()), exprs[graph.output], attrs=attrs)
 
@@ -766,8 +464,6 @@ _OPAQUE_CACHE: dict[int, list] = {}
 def opaque_evaluator(target: str | None = None) -> Callable[[OpaqueCall, list], Any]:
     """An ``opaque_eval`` for :meth:`TensorGraph.evaluate`: runs the payload's
     call with TVM on numpy inputs. Compiled calls are cached by structure."""
-    from .target import build, host_target, _executor
-
     tgt = target or host_target()
 
     def evaluate(payload: OpaqueCall, inputs: list):
@@ -778,7 +474,7 @@ def opaque_evaluator(target: str | None = None) -> Callable[[OpaqueCall, list], 
             if tvm.ir.structural_equal(f, func):
                 break
         else:
-            m = _executor(build(func, target=tgt))
+            m = executor(build(func, target=tgt))
             entries.append((func, m))
         for k, v in enumerate(inputs):
             m.set_input(f"p{k}", _c_array(v))

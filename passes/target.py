@@ -1,22 +1,16 @@
-"""Building, running and timing Relay programs on the host CPU.
+"""Target facts: the host's LLVM target, and whether code built for a target runs here.
 
 This TVM build (hhb-tvm) defaults a plain ``llvm`` target to riscv64, so every
 build in the project goes through :func:`host_target`, which names the host's
-triple and CPU explicitly.
+triple and CPU explicitly. Building and timing are in :mod:`relay_eqsat.passes.runtime`.
 """
 from __future__ import annotations
 
 import functools
 import logging
 import platform
-import statistics
-import time
-from typing import Mapping, Sequence
 
-import numpy as np
 import tvm
-from tvm import relay
-from tvm.contrib import graph_executor
 
 log = logging.getLogger(__name__)
 
@@ -126,127 +120,3 @@ def runs_here(target) -> bool:
                 and feature[1:].replace("-", "") not in flags:
             return False
     return True
-
-
-def _as_module(mod) -> tvm.IRModule:
-    if isinstance(mod, relay.Function):
-        return tvm.IRModule.from_expr(mod)
-    return mod
-
-
-def build(mod, params: Mapping | None = None, target: str | None = None, opt_level: int = 3):
-    """Compile a Relay module (or function) with ``relay.build`` for ``target``
-    (default: :func:`host_target`). Returns the graph executor factory."""
-    with tvm.transform.PassContext(opt_level=opt_level):
-        return relay.build(_as_module(mod), target=target or host_target(), params=params)
-
-
-def _executor(lib) -> graph_executor.GraphModule:
-    if isinstance(lib, graph_executor.GraphModule):
-        return lib
-    return graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
-
-
-def run(lib, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    """Run a built module (factory from :func:`build`, or a GraphModule) on
-    named inputs; returns every output as a numpy array, in order."""
-    m = _executor(lib)
-    for name, value in inputs.items():
-        m.set_input(name, value)
-    m.run()
-    return [m.get_output(i).numpy() for i in range(m.get_num_outputs())]
-
-
-def measure(mod, params: Mapping | None, inputs: Mapping[str, np.ndarray],
-            number: int = 10, repeat: int = 3, target: str | None = None) -> float:
-    """Median wall time in seconds of one inference of ``mod`` (built at
-    opt_level 3), from ``repeat`` timings each averaging ``number`` runs."""
-    m = _executor(build(mod, params=params, target=target))
-    for name, value in inputs.items():
-        m.set_input(name, value)
-    timer = m.module.time_evaluator("run", tvm.cpu(0), number=number, repeat=repeat)
-    return float(statistics.median(timer().results))
-
-
-def random_inputs(types: Mapping[str, tuple[Sequence[int], str]], seed: int = 0) -> dict[str, np.ndarray]:
-    """Random arrays for ``{name: (shape, dtype)}``: standard normal floats,
-    integers in [0, 4)."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, (shape, dtype) in types.items():
-        if np.issubdtype(np.dtype(dtype), np.integer):
-            out[name] = rng.integers(0, 4, size=tuple(shape)).astype(dtype)
-        elif np.dtype(dtype) == np.bool_:
-            out[name] = rng.integers(0, 2, size=tuple(shape)).astype(bool)
-        else:
-            out[name] = rng.standard_normal(tuple(shape)).astype(dtype)
-    return out
-
-
-# -- comparing two programs ---------------------------------------------------------
-
-def build_and_run(mod, inputs: Mapping[str, np.ndarray], target: str | None = None):
-    """Build ``mod`` at opt_level 3 for ``target`` (default: the host) and run
-    it once on ``inputs``; returns (GraphModule, outputs, build seconds)."""
-    t0 = time.perf_counter()
-    lib = build(mod, target=target, opt_level=3)
-    build_seconds = time.perf_counter() - t0
-    m = _executor(lib)
-    return m, run(m, inputs), build_seconds
-
-
-def time_rounds(modules: Sequence[graph_executor.GraphModule], number: int = 0, repeat: int = 10,
-                min_repeat_ms: int = 0) -> list[list[float]]:
-    """Seconds per run of each graph executor module, one sample per round:
-    the timings alternate between the modules (``repeat`` rounds; each timing
-    averages ``number`` runs, or as many as fill ``min_repeat_ms``), so load
-    from other processes affects all of them alike (the order rotates from
-    round to round, so none is always timed first), and sample ``k`` of one
-    module can be paired with sample ``k`` of another."""
-    timers = [m.module.time_evaluator("run", tvm.cpu(0), number=max(1, number), repeat=1,
-                                      min_repeat_ms=min_repeat_ms) for m in modules]
-    for t in timers:  # warm up
-        t()
-    samples: list[list[float]] = [[] for _ in modules]
-    n = len(timers)
-    for r in range(repeat):
-        for k in [(r + j) % n for j in range(n)]:
-            samples[k].append(float(timers[k]().results[0]))
-    return samples
-
-
-def paired_ratio(before: Sequence[float], after: Sequence[float]) -> tuple[float, int]:
-    """(median of the per-round ratios after / before, rounds in which ``after`` was faster)
-    of two modules' :func:`time_rounds` samples."""
-    ratio = float(statistics.median(a / b for a, b in zip(after, before)))
-    return ratio, sum(a < b for a, b in zip(after, before))
-
-
-def time_interleaved(modules: Sequence[graph_executor.GraphModule], number: int = 0, repeat: int = 10,
-                     min_repeat_ms: int = 0) -> list[float]:
-    """Median seconds per run of each module, timed by :func:`time_rounds`."""
-    return [float(statistics.median(s)) for s in time_rounds(modules, number, repeat, min_repeat_ms)]
-
-
-def output_error(ref: Sequence[np.ndarray], got: Sequence[np.ndarray]) -> tuple[float, str | None]:
-    """(largest ``max|a-b| / max(1, max|a|)`` over the outputs, why it is
-    infinite or None): inf when the outputs differ in count, shape or dtype,
-    or one has inf/nan where the other has not."""
-    if len(ref) != len(got):
-        return float("inf"), f"{len(ref)} outputs before, {len(got)} after"
-    worst = 0.0
-    for k, (r, g) in enumerate(zip(ref, got)):
-        if r.shape != g.shape or r.dtype != g.dtype:
-            return float("inf"), (f"output {k}: {r.dtype}{list(r.shape)} before, "
-                                  f"{g.dtype}{list(g.shape)} after")
-        if r.size == 0:
-            continue
-        rf, gf = r.astype(np.float64), g.astype(np.float64)
-        finite = np.isfinite(rf) & np.isfinite(gf)
-        same = (rf == gf) | (np.isnan(rf) & np.isnan(gf))
-        if not np.all(same | finite):
-            return float("inf"), f"output {k}: inf/nan in one program and not the other"
-        if finite.any():
-            scale = max(1.0, float(np.abs(rf[finite]).max()))
-            worst = max(worst, float(np.abs(rf - gf)[finite].max()) / scale)
-    return worst, None

@@ -22,7 +22,7 @@ COMMANDS: list[str] = [
     "optimize=relay_eqsat.passes.cli:add_optimize_command",
     "tvmc=relay_eqsat.passes.cli:add_tvmc_command",
     "extract=relay_eqsat.cli:add_extract_command",
-    "measure=relay_eqsat.cost.cli:register",
+    "measure=relay_eqsat.passes.measure_cli:register",
 ]
 
 

@@ -11,130 +11,23 @@ Leaves are ``var`` (a function parameter, attrs ``name``) and ``constant``
 optimizer does not model is an ``opaque`` node: attrs ``key`` (index into
 ``graph.opaque``, which holds the frontend's payload, e.g. the Relay op and
 attrs), ``type`` (its output type) and ``name`` (for display).
+
+Node types and attributes (``TensorType``, ``TupleType``, ``Attrs``) are
+defined in :mod:`relay_eqsat.types` and re-exported here.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Union
+from typing import Any, Callable
 
 import numpy as np
 
+from . import ops
+from .types import Attrs, TensorType, TupleType, Type, freeze
 
-@dataclass(frozen=True)
-class TensorType:
-    """A tensor with a static shape and a dtype string (``"float32"``)."""
+__all__ = ["Attrs", "Node", "TensorGraph", "TensorType", "TupleType", "Type", "freeze"]
 
-    shape: tuple[int, ...]
-    dtype: str = "float32"
-
-    def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * np.dtype(self.dtype).itemsize
-
-    def __repr__(self) -> str:
-        return f"{self.dtype}{list(self.shape)}"
-
-
-@dataclass(frozen=True)
-class TupleType:
-    """A tuple of tensors (the output of split, batch_norm, tuple)."""
-
-    fields: tuple[TensorType, ...]
-
-    def __post_init__(self):
-        object.__setattr__(self, "fields", tuple(self.fields))
-
-    @property
-    def nbytes(self) -> int:
-        return sum(f.nbytes for f in self.fields)
-
-    def __repr__(self) -> str:
-        return "(" + ", ".join(map(repr, self.fields)) + ")"
-
-
-Type = Union[TensorType, TupleType]
-
-
-def _freeze(value: Any) -> Any:
-    """Normalize an attribute value to a hashable Python value."""
-    if isinstance(value, (TensorType, TupleType, str, bool, type(None))):
-        return value
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating,)):
-        return float(value)
-    if isinstance(value, np.ndarray):
-        return _freeze(value.tolist())
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    if isinstance(value, (int, float)):
-        return value
-    if isinstance(value, Mapping):
-        return Attrs(value)
-    raise TypeError(f"unsupported attribute value {value!r} of type {type(value).__name__}")
-
-
-class Attrs(Mapping):
-    """An immutable, hashable mapping of operator attributes.
-
-    Values are Python scalars, strings, nested tuples or types, so that two
-    nodes with equal attributes hash equal (the e-graph interns them).
-    """
-
-    __slots__ = ("_items", "_dict", "_hash")
-
-    def __init__(self, items: Mapping[str, Any] | None = None, **kwargs: Any):
-        d = dict(items or {})
-        d.update(kwargs)
-        frozen = tuple(sorted((str(k), _freeze(v)) for k, v in d.items()))
-        self._items = frozen
-        self._dict = dict(frozen)
-        self._hash = hash(frozen)
-
-    def __getitem__(self, key: str) -> Any:
-        return self._dict[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._dict)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Attrs):
-            return self._items == other._items
-        if isinstance(other, Mapping):
-            return self._items == Attrs(other)._items
-        return NotImplemented
-
-    def items_tuple(self) -> tuple:
-        return self._items
-
-    def replace(self, **changes: Any) -> "Attrs":
-        d = dict(self._dict)
-        d.update(changes)
-        return Attrs(d)
-
-    def __repr__(self) -> str:
-        return "{" + ", ".join(f"{k}={v!r}" for k, v in self._items) + "}"
 
 
 @dataclass(frozen=True)
@@ -164,8 +57,6 @@ class TensorGraph:
 
         Structurally equal nodes are shared (hash-consed) when ``dedup``.
         """
-        from . import ops
-
         inputs = tuple(int(i) for i in inputs)
         for i in inputs:
             if not 0 <= i < len(self.nodes):
@@ -268,8 +159,6 @@ class TensorGraph:
 
     def validate(self) -> None:
         """Check topological order and re-infer every type; raise ValueError if broken."""
-        from . import ops
-
         if self.output is None or not 0 <= self.output < len(self.nodes):
             raise ValueError("graph output is not set to a node")
         for i, n in enumerate(self.nodes):
@@ -291,8 +180,6 @@ class TensorGraph:
         (payload, input_values) -> value``. Returns the output value (an array,
         or a tuple of arrays for a tuple output).
         """
-        from . import ops
-
         values: dict[int, Any] = {}
         for i in self.reachable():
             n = self.nodes[i]

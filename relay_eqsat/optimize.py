@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields, make_dataclass
 from typing import Any, Mapping, Sequence
 
 from .graph import TensorGraph
-from .options import OPTIMIZER_OPTIONS, OPTIONS, SEARCHES, validate  # noqa: F401 - SEARCHES re-exported
+from .options import OPTIMIZER_OPTIONS, OPTIONS, validate
 
 log = logging.getLogger("relay_eqsat")
 
@@ -176,9 +176,7 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     from .egraph import EGraph
     from .extract import get_extractor
     from .rules import rules_for_target
-    from .search.base import Limits
-    from .search.mcts import MCTSOptions, MCTSScheduler
-    from .search.tensat import TensatScheduler
+    from .search import Limits, get_scheduler
 
     t0 = time.perf_counter()
     opts = options if isinstance(options, OptimizeOptions) else OptimizeOptions.from_mapping(options)
@@ -197,16 +195,10 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     limits = Limits(node_limit=opts.node_limit, iter_limit=opts.iter_limit, time_limit=opts.time_limit,
                     k_multi=opts.k_multi, cycle_filter=opts.cycle_filter)
     ts = time.perf_counter()
-    if opts.search == "tensat":
-        srep = TensatScheduler().run(egraph, rules, limits)
-    elif opts.search == "mcts":
-        mopts = MCTSOptions(budget=opts.budget, max_sim_steps=opts.max_sim_steps, node_limit=opts.node_limit,
-                            time_limit=opts.time_limit, seed=opts.seed)
-        srep = MCTSScheduler(mopts, extractor=get_extractor(opts.extractor), root=root).run(
-            egraph, rules, limits, cost_model.node_cost)
-        rep.info["mcts"] = {k: v for k, v in srep.info.items() if k != "history"}
-    else:
-        srep = None
+    scheduler = get_scheduler(opts.search, opts, root=root)  # None: no search
+    srep = None if scheduler is None else scheduler.run(egraph, rules, limits, cost_model.node_cost)
+    if srep is not None and srep.info:  # what the scheduler adds (MCTS: its counters), its history left out
+        rep.info[opts.search] = {k: v for k, v in srep.info.items() if k != "history"}
     rep.search_time = time.perf_counter() - ts
     if srep is not None:
         rep.stop_reason, rep.iterations = srep.stop_reason, srep.iterations
@@ -221,9 +213,8 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     extractor = get_extractor(opts.final_extractor)
     calibrator = first = None
     for _ in range(CALIBRATION_ROUNDS + 1):
-        problem = egraph.to_problem(cost_model.node_cost, [root])
-        solution = extractor.solve(problem, time_limit=opts.extract_time_limit)
-        out = egraph.build_graph(solution.choice, problem.roots[0], problem).compact()
+        out, solution = extractor.extract_graph(egraph, root, cost_model.node_cost, opts.extract_time_limit)
+        out = out.compact()
         if not calibrate or cost_model.graph_cost(out) >= cost_model.graph_cost(graph) * (1 - 1e-6):
             break  # nothing to calibrate, or no candidate: the input stands
         first = first or (out, solution)

@@ -1,7 +1,7 @@
 """The options schema: every option of the optimizer and of EqSatPass, declared once.
 
 Each :class:`Option` has a type, a default, the values it allows (names from
-the real registries: searches, ``relay_eqsat.extract.EXTRACTORS``,
+the real registries: ``relay_eqsat.search.SCHEDULERS``, ``relay_eqsat.extract.EXTRACTORS``,
 ``relay_eqsat.cost.KINDS``, the shipped rule sets), bounds and a help text.
 :func:`coerce` turns a value (a Python object, or a string from a PassContext
 config, a tvmc target option or a command line) into the option's type and
@@ -11,6 +11,7 @@ raises ``ValueError`` naming the option, the value and what is allowed;
 the CLIs reject what the pass would.
 
 Users: ``relay_eqsat.optimize.OptimizeOptions`` (the ``optimizer`` options),
+``relay_eqsat.search.Limits`` and ``MCTSOptions`` (defaults and checks of their fields),
 ``relay_eqsat.passes.eqsat_pass`` (all of them; it adds a TVM check of
 ``target`` with :func:`set_hook`), ``relay-eqsat optimize`` and ``relay-eqsat
 tvmc``. TVM-free.
@@ -24,14 +25,27 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-#: schedulers of ``relay_eqsat.optimize.optimize_graph``
-SEARCHES = ("tensat", "mcts", "none")
 #: TENSAT's cycle filters (``relay_eqsat.search.base.Limits.cycle_filter``)
 CYCLE_FILTERS = ("efficient", "vanilla", "none")
 #: values of the three-way switches (``check_runtime``, ``calibrate``)
 SWITCH = ("auto", "on", "off")
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
+
+
+def _searches() -> tuple[str, ...]:
+    """Names of the registered schedulers (``relay_eqsat.search.SCHEDULERS``; "none": no search)."""
+    from .search import SCHEDULERS
+
+    return tuple(SCHEDULERS)
+
+
+def __getattr__(name: str) -> Any:
+    # SEARCHES, the scheduler names, read from the registry when first asked for (the search
+    # package imports this module for its defaults)
+    if name == "SEARCHES":
+        return _searches()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _extractors() -> tuple[str, ...]:
@@ -103,7 +117,7 @@ class Option:
 
 _OPTIONS: list[Option] = [
     Option("search", str, "tensat", "scheduler: tensat (every rule per iteration), mcts or none",
-           choices=SEARCHES),
+           choices=_searches),
     Option("extractor", str, "greedy-ocf", "extractor scoring MCTS rollouts", choices=_extractors),
     Option("final_extractor", str, "ilp-acyc",
            "extractor for the result (ilp-acyc falls back to OCF greedy on time-out)", choices=_extractors),

@@ -40,7 +40,9 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from . import ops
+from .egraph import EGraph
 from .rule_instances import Instance, NoInstance, draw, from_example, value_text
+from .rules import Matcher, Rule, apply_matches, load_rules, parse_rules, shipped_rule_files
 
 RTOL = 1e-4
 ATOL = 1e-5
@@ -113,8 +115,6 @@ def verify_rule(rule, examples: Iterable[dict] | None = None, trials: int = TRIA
     """Verify ``rule`` on ``examples`` (default: its own ``example`` bindings;
     example ``i`` uses inputs of seed ``seed + i``) or, without any, on
     ``trials`` instances drawn at random (at most ``draws`` draws)."""
-    from .rules import Matcher
-
     examples = list(rule.examples if examples is None else examples)
     check = RuleCheck(rule.name, getattr(rule, "origin", ""), VERIFIED)
     matcher = Matcher([rule])
@@ -191,8 +191,6 @@ def _bindings(example: dict) -> str:
 def _match(rule, matcher, inst: Instance):
     """(e-graph, graph node -> class, raw environment) of the match on the
     instance's roots with true preconditions; a string saying why not."""
-    from .egraph import EGraph
-
     g, roots = inst.graph, inst.roots
     g.set_output(roots[0])  # add_graph inserts every node; the output only names a class
     eg = EGraph()
@@ -210,8 +208,6 @@ def _match(rule, matcher, inst: Instance):
 
 
 def _check_instance(rule, inst: Instance, match, seed: int, label: str, drawn: bool = False) -> InstanceResult:
-    from .rules import apply_matches, egraph_add
-
     eg, mapping, raw = match
     g, roots = inst.graph, inst.roots
     where = f"{label} ({inst.describe()})"
@@ -254,7 +250,7 @@ def _check_instance(rule, inst: Instance, match, seed: int, label: str, drawn: b
     # the same application inside the e-graph merges each matched class with its target
     apply_matches(eg, rule, [raw])
     eg.rebuild()
-    targets = rule.instantiate(rule.decode(raw), eg.class_type, eg.class_const, egraph_add(eg))
+    targets = rule.instantiate(rule.decode(raw), eg.class_type, eg.class_const, eg.add)
     eg.rebuild()
     if any(eg.find(t) != eg.find(raw[("root", i)]) for i, t in enumerate(targets)):
         raise _Fail(WRONG, f"applying it in an e-graph does not merge the matched classes with the right "
@@ -318,8 +314,6 @@ def rule_key(rule) -> tuple:
 def _shipped_keys() -> set[tuple]:
     global _SHIPPED
     if _SHIPPED is None:
-        from .rules import load_rules, shipped_rule_files
-
         _SHIPPED = {rule_key(r) for f in shipped_rule_files() for r in load_rules(f)}
     return _SHIPPED
 
@@ -329,8 +323,6 @@ def check_user_rules(rules: Sequence, trust: bool = False) -> list[RuleCheck]:
     skipped: the test suite verifies them). Raises RuleVerificationError for a
     wrong rule and, unless ``trust`` (remembered for the rest of the process),
     an unverifiable one. Returns the verdicts of the rules checked."""
-    from .rules import Rule
-
     bad = [r for r in rules if not isinstance(r, Rule)]
     if bad:
         raise ValueError(f"rules must be Rule objects (relay_eqsat.rules.Rule), not {bad[0]!r}")
@@ -357,8 +349,6 @@ def check_user_rules(rules: Sequence, trust: bool = False) -> list[RuleCheck]:
 def load_user_rule_file(path, trust: bool = False) -> list:
     """Rules of a user rule file, verified (:func:`check_user_rules`).
     ValueError if it cannot be read or parsed; RuleVerificationError if a rule fails."""
-    from .rules import parse_rules
-
     path = os.fspath(path)
     try:
         with open(path) as f:

@@ -255,7 +255,7 @@ def test_bad_config_value_warns_and_keeps_the_module(tvm_mod):
 @pytest.mark.tvm
 def test_pass_optimizes_with_an_unusable_cost_database(tvm_mod, tmp_path, monkeypatch, caplog):
     from relay_eqsat.passes import EqSatPass
-    from relay_eqsat.passes.target import build_and_run, output_error, random_inputs
+    from relay_eqsat.passes.runtime import build_and_run, output_error, random_inputs
 
     db = _unusable_db("directory", tmp_path)
     monkeypatch.setenv("RELAY_EQSAT_COST_DB", str(db))

@@ -13,7 +13,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
 real_models = pytest.importorskip("real_models")
-common = pytest.importorskip("common")
+tables = pytest.importorskip("tables")
 
 
 def _tiny(bias: np.ndarray, scale: float | None = None):
@@ -149,7 +149,7 @@ def test_table_rows_from_a_synthetic_result():
     assert by[("squeezenet1_1", "check_runtime")][2].startswith("failed: pass failed")
     assert by[("bert", "-")][2].startswith("failed: RuntimeError")
     assert by[("zoo:nasnet_a (small)", "opt3")][9] is None and by[("zoo:nasnet_a (small)", "opt3")][10] is None
-    text = common.print_table(real_models.HEADERS, rows)
+    text = tables.print_table(real_models.HEADERS, rows)
     assert "= opt3" in text and "zoo:nasnet_a (small)" in text
 
 
@@ -164,7 +164,7 @@ def test_notes_name_reasons_calibration_missing_options_and_mismatches():
 
 def test_json_and_plot_from_a_synthetic_result(tmp_path):
     rows = _synthetic_rows()
-    out = common.write_json(tmp_path / "real_models.json", {"rows": rows})
+    out = tables.write_json(tmp_path / "real_models.json", {"rows": rows})
     back = json.loads(out.read_text())["rows"]
     assert back[0]["variants"]["default"]["same_as"] == "opt3" and back[1]["error"].startswith("RuntimeError")
     png = real_models.plot_ratios(rows, tmp_path / "real_models.png")

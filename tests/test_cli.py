@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from relay_eqsat.cli import main  # noqa: E402
 from relay_eqsat.graph import Node  # noqa: E402
 from relay_eqsat.passes import eqsat_pass  # noqa: E402
-from relay_eqsat.passes.target import build, random_inputs, run  # noqa: E402
+from relay_eqsat.passes.runtime import build, random_inputs, run  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 

@@ -491,7 +491,7 @@ def test_fusion_rule_travels_with_the_model(tmp_path):
 # -- the measure subcommand -------------------------------------------------------------------
 
 def test_cli_registers():
-    from relay_eqsat.cost import cli
+    from relay_eqsat.passes import measure_cli as cli
 
     parser = argparse.ArgumentParser(prog="relay-eqsat")
     sub = parser.add_subparsers(dest="command")
@@ -503,7 +503,7 @@ def test_cli_registers():
 @pytest.mark.tvm
 def test_cli_measure_small_model(tmp_path, capsys):
     pytest.importorskip("tvm")
-    from relay_eqsat.cost import cli
+    from relay_eqsat.passes import measure_cli as cli
 
     parser = argparse.ArgumentParser(prog="relay-eqsat")
     cli.register(parser.add_subparsers(dest="command"))
@@ -517,7 +517,7 @@ def test_cli_measure_small_model(tmp_path, capsys):
 
 
 def test_read_whole_times(tmp_path):
-    from relay_eqsat.cost.cli import read_whole_times
+    from relay_eqsat.passes.measure_cli import read_whole_times
 
     e2e = {"rows": [{"model": "nasrnn", "small": False, "variants": {"opt3": {"median_s": 3.5e-3}}},
                     {"model": "bert", "small": True, "variants": {"opt3": {"median_s": 1e-3}}}]}
@@ -535,7 +535,7 @@ def test_cli_fit_only_from_bench_times(tmp_path, capsys):
     """--fit-only refits the existing model's fusion weights to whole-model
     times from a file: nothing measured, the model saved with the new rule."""
     pytest.importorskip("tvm")
-    from relay_eqsat.cost import cli
+    from relay_eqsat.passes import measure_cli as cli
     from relay_eqsat.cost.learned import load_model
 
     assert load_model(TARGET, "tvm-llvm") is not None  # the shipped default at least
@@ -572,7 +572,7 @@ def test_ship_writes_model_and_measurements_for_the_target(tmp_path, monkeypatch
     """--ship saves the model and the target's measurements as the package's
     data for that target, and a CostModel on that target then uses both."""
     from relay_eqsat.cost import cache as cache_mod, learned as learned_mod
-    from relay_eqsat.cost.cli import _save
+    from relay_eqsat.passes.measure_cli import _save
     from relay_eqsat.cost.learned import find_model
 
     monkeypatch.setattr(cache_mod, "SHIPPED_MEASUREMENTS", tmp_path)

@@ -6,6 +6,7 @@ import pytest
 
 from relay_eqsat import ops
 from relay_eqsat.egraph import EGraph, Program
+from relay_eqsat.extract import build_graph, egraph_problem
 from relay_eqsat.graph import TensorGraph, TensorType
 from relay_eqsat.rules import Matcher, apply_matches, load_rules, parse_pattern
 
@@ -218,13 +219,13 @@ def test_cycle_postprocessing_blacklists_newest_node():
     assert black and not eg.has_cycle()
     assert all(eg.node_iteration(n) == 1 for n in black), "only nodes added by the rewrite are filtered"
     assert set(black) == set(eg.blacklisted_nodes())
-    problem = eg.to_problem(unit_cost, [root])
+    problem = egraph_problem(eg, unit_cost, [root])
     reported = {problem.node_key[i] for i in np.flatnonzero(problem.blacklisted)}
     assert reported == set(black)
     assert newest_before == eg.total_nodes
     # extraction respecting the blacklist is acyclic and computes the same function
     choice = min_cost_choice(problem)
-    out = eg.build_graph(choice)
+    out = build_graph(eg, problem, choice)
     inputs = g.random_inputs(0)
     np.testing.assert_allclose(out.evaluate(inputs), g.evaluate(inputs), rtol=1e-4, atol=1e-5)
 
@@ -269,12 +270,12 @@ def test_to_problem_and_build_graph_round_trip():
     def cost(op, attrs, input_types, out_type, const):
         seen.append((op, const))
         return 1.0
-    p = eg.to_problem(cost, [root])
+    p = egraph_problem(eg, cost, [root])
     assert p.num_classes == eg.num_classes and p.num_nodes == eg.num_nodes
     assert ("constant", True) in seen and ("var", False) in seen
     assert p.class_data[p.roots[0]] == g[out].type
     choice = min_cost_choice(p)
-    h = eg.build_graph(choice, p.roots[0], p)
+    h = build_graph(eg, p, choice, p.roots[0])
     h.validate()
     assert len(h.reachable()) == len(g.reachable())  # shared class emitted once
     inputs = g.random_inputs(1)
@@ -286,10 +287,10 @@ def test_to_problem_and_build_graph_round_trip():
     rra = eg2.add("nn.relu", {}, [ra])
     eg2.union(a, rra)
     eg2.rebuild()
-    p2 = eg2.to_problem(unit_cost, [rra])
+    p2 = egraph_problem(eg2, unit_cost, [rra])
     relu_of = {int(p2.node_class[n]): n for n in range(p2.num_nodes) if p2.node_label[n] == "nn.relu"}
     with pytest.raises(ValueError):
-        eg2.build_graph(relu_of, p2.roots[0], p2)
+        build_graph(eg2, p2, relu_of, p2.roots[0])
 
 
 def test_add_graph_keeps_payloads_and_renames_collisions():
@@ -307,11 +308,11 @@ def test_add_graph_keeps_payloads_and_renames_collisions():
     r2 = eg.add_graph(g2)
     assert eg.find(r1) != eg.find(r2)
     assert len(eg.constants) == 2 and list(eg.opaque.values()) == ["payload-1"]
-    p = eg.to_problem(unit_cost, [r2])
-    h = eg.build_graph(min_cost_choice(p))
+    p = egraph_problem(eg, unit_cost, [r2])
+    h = build_graph(eg, p, min_cost_choice(p))
     np.testing.assert_allclose(h.evaluate({"x": np.zeros(2, "float32")}), [5, 5])
-    p = eg.to_problem(unit_cost, [r1])
-    h = eg.build_graph(min_cost_choice(p))
+    p = egraph_problem(eg, unit_cost, [r1])
+    h = build_graph(eg, p, min_cost_choice(p))
     assert list(h.opaque.values()) == ["payload-1"]
 
 

@@ -441,8 +441,9 @@ def test_acyclic_formulations_agree_on_a_tensor_like_cyclic_egraph():
 
 
 def test_egraph_ocf_cost_equals_greedy_ocf_on_the_problem():
-    """EGraph.ocf_cost (the MCTS reward) is greedy_ocf on to_problem, without the problem."""
+    """ocf_cost (the MCTS reward) is greedy_ocf on egraph_problem, without the problem."""
     from relay_eqsat.egraph import EGraph
+    from relay_eqsat.extract import NodeCosts, egraph_problem, ocf_cost
     from relay_eqsat.graph import TensorGraph
     from relay_eqsat.rules import load_rules
     from relay_eqsat.search.base import Limits
@@ -462,7 +463,7 @@ def test_egraph_ocf_cost_equals_greedy_ocf_on_the_problem():
         return 0.0 if const else 1.0 + 0.1 * len(input_types)
 
     TensatScheduler().run(eg, load_rules("default"), Limits(node_limit=200, k_multi=2))
-    expected = get_extractor("greedy-ocf").solve(eg.to_problem(cost, [root])).cost
-    cache = {}
-    assert eg.ocf_cost(cost, cache, root) == expected
-    assert eg.copy().ocf_cost(cost, cache, root) == expected  # node costs remembered across copies
+    expected = get_extractor("greedy-ocf").solve(egraph_problem(eg, cost, [root])).cost
+    cache = NodeCosts(cost)
+    assert ocf_cost(eg, cache, root) == expected
+    assert ocf_cost(eg.copy(), cache, root) == expected  # node costs remembered across copies

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from relay_eqsat.egraph import EGraph
-from relay_eqsat.extract import get_extractor
+from relay_eqsat.extract import build_graph, egraph_problem, get_extractor
 from relay_eqsat.graph import TensorGraph
 from relay_eqsat.rules import parse_rules
 from relay_eqsat.search.base import Limits
@@ -42,9 +42,9 @@ def toy_egraph():
 
 
 def extracted(eg, root):
-    problem = eg.to_problem(size_cost, [root])
+    problem = egraph_problem(eg, size_cost, [root])
     sol = get_extractor("greedy-ocf").solve(problem)
-    return sol.cost, eg.build_graph(sol.choice, problem.roots[0], problem)
+    return sol.cost, build_graph(eg, problem, sol.choice)
 
 
 def run_mcts(seed=0, budget=16, node_limit=10):

@@ -23,7 +23,7 @@ from tvm import relay  # noqa: E402
 
 from relay_eqsat.passes import EqSatPass, from_relay, zoo  # noqa: E402
 from relay_eqsat.passes.eqsat_pass import REPORT_ATTR, bind_params  # noqa: E402
-from relay_eqsat.passes.target import build, random_inputs, run  # noqa: E402
+from relay_eqsat.passes.runtime import build, random_inputs, run  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 

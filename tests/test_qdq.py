@@ -28,7 +28,8 @@ from tvm import relay  # noqa: E402
 
 from relay_eqsat.graph import Node, TensorGraph, TensorType  # noqa: E402
 from relay_eqsat.passes.relay import IllTypedGraph, check_types, from_relay, to_relay  # noqa: E402
-from relay_eqsat.passes.target import build, host_target, output_error, random_inputs, run  # noqa: E402
+from relay_eqsat.passes.runtime import build, output_error, random_inputs, run  # noqa: E402
+from relay_eqsat.passes.target import host_target  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 

@@ -20,7 +20,7 @@ from relay_eqsat.passes import (  # noqa: E402
     graph_to_module, opaque_evaluator, to_relay)
 from relay_eqsat.passes import eqsat_pass  # noqa: E402
 from relay_eqsat.passes.relay import MODELLED_OPS  # noqa: E402
-from relay_eqsat.passes.target import build, random_inputs, run  # noqa: E402
+from relay_eqsat.passes.runtime import build, random_inputs, run  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 
@@ -617,7 +617,7 @@ def test_target_helpers(host_target):
         assert str(target.attrs["mtriple"]).startswith("x86_64") and str(target.attrs["mcpu"])
     mod = small_net()
     inputs = param_inputs(typed(mod["main"]))
-    from relay_eqsat.passes.target import measure
+    from relay_eqsat.passes.runtime import measure
 
     seconds = measure(mod, None, inputs, number=2, repeat=3)
     assert 0 < seconds < 1.0

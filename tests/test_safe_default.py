@@ -17,7 +17,8 @@ tvm = pytest.importorskip("tvm")
 from tvm import relay  # noqa: E402
 
 from relay_eqsat.passes import EqSatPass, eqsat_pass  # noqa: E402
-from relay_eqsat.passes.target import build, host_target, run, runs_here  # noqa: E402
+from relay_eqsat.passes.runtime import build, run  # noqa: E402
+from relay_eqsat.passes.target import host_target, runs_here  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from relay_eqsat.cli import build_parser, main
-from relay_eqsat.extract import ExtractionProblem, get_extractor
+from relay_eqsat.extract import ExtractionProblem, egraph_problem, get_extractor
 from relay_eqsat.serialize import dump_problem, load_problem, problem_to_dict
 
 DATA = Path(__file__).parent / "data"
@@ -138,7 +138,7 @@ def test_dump_an_egraph_problem(tmp_path):
     g.set_output(g.add("nn.relu", (g.add("add", (x, g.const(np.ones((2, 3), "float32"), "one"))),)))
     eg = EGraph()
     root = eg.add_graph(g)
-    problem = eg.to_problem(lambda *a: 1.0, [root])
+    problem = egraph_problem(eg, lambda *a: 1.0, [root])
     dump_problem(problem, tmp_path / "g.json")
     back = load_problem(tmp_path / "g.json")
     assert back.num_nodes == problem.num_nodes and back.num_classes == problem.num_classes

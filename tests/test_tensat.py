@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from relay_eqsat.egraph import EGraph
+from relay_eqsat.extract import build_graph, egraph_problem
 from relay_eqsat.graph import TensorGraph
 from relay_eqsat.rules import load_rules
 from relay_eqsat.search import Limits, SearchReport, TensatScheduler
@@ -43,10 +44,10 @@ def mlp_graph(layers=3, width=3, seed=0):
 def extract_and_check(g, eg, root):
     def cost(op, attrs, ins, out, const):
         return 0.0 if op in ("var", "constant") else (0.5 if const else 1.0)
-    p = eg.to_problem(cost, [root])
+    p = egraph_problem(eg, cost, [root])
     choice = min_cost_choice(p)
     assert not any(p.blacklisted[n] for n in choice.values())
-    h = eg.build_graph(choice)  # raises on a cycle
+    h = build_graph(eg, p, choice)  # raises on a cycle
     h.validate()
     inputs = g.random_inputs(3)
     np.testing.assert_allclose(h.evaluate(inputs), g.evaluate(inputs), rtol=1e-4, atol=1e-4)
@@ -128,7 +129,7 @@ def test_without_filtering_cycles_remain():
 def test_multi_pattern_rules_are_searched_once_per_canonical_pattern():
     sched = TensatScheduler()
     rules = load_rules()
-    m = sched._matcher(rules)
+    m = sched.matcher(rules)
     n_patterns = sum(len(r.lhs) for r in rules)
     assert len(m.programs) < n_patterns  # e.g. both dense-merge patterns share one program
 
@@ -157,7 +158,7 @@ def test_planned_application_matches_the_general_path():
     b.add_graph(graph)
     for _ in range(2):
         for r in rules:
-            if r._flat is None:
+            if r.flat_layout is None:
                 continue
             keys = matcher.rule_keys[r.name]
             fa = apply_matches(a, r, matcher.matches(r, matcher.search(a, keys)), a.descendants_map().reaches)
@@ -172,7 +173,7 @@ def test_match_limit_bounds_multi_pattern_joins():
     """A multi-source rule over one input with many dense ops joins to the
     product of its matches; match_limit keeps the first ones (same order), and
     a search under it still finds merges."""
-    from relay_eqsat.rules import Matcher, _flat_join
+    from relay_eqsat.rules import Matcher, flat_join
 
     g = mlp_graph(layers=1, width=8)
     (rule,) = rules_named("dense-merge")
@@ -181,10 +182,10 @@ def test_match_limit_bounds_multi_pattern_joins():
     matcher = Matcher([rule])
     keys = matcher.rule_keys[rule.name]
     found = [eg.search(matcher.programs[k]) for k in keys]
-    full = _flat_join(rule, found)
+    full = flat_join(rule, found)
     assert len(full) > 20
-    assert _flat_join(rule, found, limit=20) == full[:20]
-    assert _flat_join(rule, found, limit=len(full) + 5) == full
+    assert flat_join(rule, found, limit=20) == full[:20]
+    assert flat_join(rule, found, limit=len(full) + 5) == full
     rep = TensatScheduler().run(eg, [rule], Limits(node_limit=5000, iter_limit=2, k_multi=2, match_limit=10))
     assert rep.fired[rule.name] > 0
     with pytest.raises(ValueError, match="match_limit"):

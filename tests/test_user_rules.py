@@ -265,7 +265,7 @@ def test_pass_uses_a_verified_user_rule_and_outputs_match(tmp_path):
     from tvm import relay
 
     from relay_eqsat.passes import EqSatPass
-    from relay_eqsat.passes.target import build_and_run, output_error, random_inputs
+    from relay_eqsat.passes.runtime import build_and_run, output_error, random_inputs
 
     x = relay.var("x", shape=(4, 6), dtype="float32")
     t = relay.transpose(relay.transpose(x, axes=[1, 0]), axes=[1, 0])

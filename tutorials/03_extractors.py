@@ -7,7 +7,7 @@ Steps:
    TENSAT scheduler until saturation or the node limit - the same steps
    ``optimize_graph`` (behind EqSatPass) takes.
 2. Flatten the e-graph once into an ``ExtractionProblem`` with the cost
-   model's node costs (``egraph.to_problem(cost.node_cost, [root])``).
+   model's node costs (``egraph_problem(egraph, cost.node_cost, [root])``).
 3. Solve it with every extractor (``relay_eqsat.extract.get_extractor``):
 
    - ``greedy``: bottom-up, tree cost (counts a shared subgraph once per use)
@@ -33,7 +33,7 @@ import time
 
 from relay_eqsat.cost import make_cost_model
 from relay_eqsat.egraph import EGraph
-from relay_eqsat.extract import EXTRACTORS, get_extractor
+from relay_eqsat.extract import EXTRACTORS, build_graph, egraph_problem, get_extractor
 from relay_eqsat.optimize import resolve_rules
 from relay_eqsat.passes import from_relay, zoo
 from relay_eqsat.passes.eqsat_pass import bind_params
@@ -65,7 +65,7 @@ def main():
           f"after {search.iterations} iterations ({time.perf_counter() - t0:.2f} s)")
 
     # 2. one extraction problem for every extractor
-    problem = egraph.to_problem(cost.node_cost, [root])
+    problem = egraph_problem(egraph, cost.node_cost, [root])
 
     # 3. every extractor on it
     print(f"{'extractor':<12} {'cost (ms)':>10} {'optimal':>8} {'status':>12} {'time (s)':>9}")
@@ -79,7 +79,7 @@ def main():
         print(f"{name:<12} {solution.cost * 1e3:>10.4f} {str(bool(solution.optimal)):>8} "
               f"{str(solution.status):>12} {seconds:>9.3f}")
         # the chosen program is a valid graph with the same interface
-        out = egraph.build_graph(solution.choice, problem.roots[0], problem).compact()
+        out = build_graph(egraph, problem, solution.choice).compact()
         assert out[out.output].type == graph[graph.output].type
 
     best = min(results, key=results.get)

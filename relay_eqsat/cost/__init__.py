@@ -8,10 +8,11 @@
 - ``analytic``: the roofline only
 
 Modules: ``base`` (CostModel, fusion rule, graph cost), ``analytic`` (roofline),
-``cache`` (sqlite), ``measure`` (TVM/PyTorch timing in a worker process),
-``learned`` (XGBoost), ``instance`` (op instances and cache keys), ``cli``
-(the ``relay-eqsat measure`` subcommand). Nothing here imports TVM; only the
-measuring worker process does.
+``cache`` (sqlite), ``measure`` (the Measurer: kernels timed in a worker process),
+``learned`` (XGBoost), ``instance`` (op instances and cache keys), ``calibrate``.
+Nothing here imports TVM or ``relay_eqsat.passes``: the worker process
+(``relay_eqsat.passes.measure_worker``) builds and times the kernels, and the
+``relay-eqsat measure`` subcommand is ``relay_eqsat.passes.measure_cli``.
 """
 from __future__ import annotations
 

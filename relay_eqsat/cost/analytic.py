@@ -15,6 +15,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+import numpy as np
+
+from .. import ops
 from ..graph import Attrs, TensorType, TupleType, Type
 
 # Achievable (not theoretical) figures. cpu: measured on the development
@@ -39,8 +42,6 @@ def type_bytes(t: Type) -> int:
 def op_flops_bytes(op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type) -> tuple[int, int]:
     """(FLOPs, bytes moved) from the operator table; an op it does not know
     counts one FLOP per output element and its inputs read plus output written."""
-    from .. import ops
-
     nbytes = sum(type_bytes(t) for t in input_types) + type_bytes(out_type)
     if op not in ops.OPS:
         out_elems = out_type.size if isinstance(out_type, TensorType) else 0
@@ -86,8 +87,6 @@ class AnalyticModel:
 
     def calibrate(self, size: int = 1024, copy_mib: int = 64, repeats: int = 5) -> "AnalyticModel":
         """A copy with peak FLOP/s and bandwidth measured here with numpy (about a second)."""
-        import numpy as np
-
         rng = np.random.default_rng(0)
         a = rng.standard_normal((size, size), dtype=np.float32)
         b = rng.standard_normal((size, size), dtype=np.float32)

@@ -2,7 +2,7 @@
 
 ``CostModel.op_cost(op, attrs, input_types, out_type, all_inputs_constant)``
 is a node's cost in seconds; ``node_cost`` is the same callable, in the
-signature the e-graph's ``to_problem(node_cost, roots)`` expects; and
+signature ``extract.egraph_problem(egraph, node_cost, roots)`` expects; and
 ``graph_cost(graph)`` is the sum over a graph's live nodes, the quantity every
 extractor minimizes.
 
@@ -15,7 +15,8 @@ roofline (analytic), as the model's ``kind`` says:
 - ``learned``: prediction (an error at construction if no model exists)
 - ``analytic``: roofline only
 
-It then follows what TVM's build does with the node (``FusionRule``):
+It then follows what TVM's build does with the node (``FusionRule``), by the op's
+class in the operator table (``OpDef.fusion``, ``conv`` and ``streamed_weights``):
 
 - graph-level ops (var, constant, tuple, tuple_get_item) cost 0;
 - a node whose inputs are all constant costs 0: ``FoldConstant`` computes it
@@ -35,7 +36,7 @@ It then follows what TVM's build does with the node (``FusionRule``):
   its second tensor; a relu or a bias add reads next to nothing new);
 - injective ops (transpose, reshape, concatenate, split, strided_slice, pad)
   often fuse with their neighbours but not always: ``injective × kernel``;
-- ops with a weight operand (dense and convolutions: operand 1) also pay
+- ops with a weight operand (dense and conv2d: operand 1) also pay
   ``weights × weight bytes / bandwidth``. A kernel timed alone runs with its
   weights in cache, but a whole model streams every weight from memory once
   per inference (NasRNN's 80 dense layers at batch 1 read 80 MB: they are
@@ -65,10 +66,13 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import ops
 from ..graph import Attrs, TensorGraph, TensorType, Type
 from .analytic import AnalyticModel, type_bytes
 from .cache import CostCache, ignore_shipped, normalize_target, shipped_table
-from .instance import GRAPH_LEVEL_OPS, OpInstance
+from .instance import OpInstance
+from .learned import LearnedCostModel, load_model
+from .measure import BackendUnavailable, Measurer, resolve_target, select_backend
 
 log = logging.getLogger(__name__)
 
@@ -80,32 +84,16 @@ KINDS = ("auto", "measured", "learned", "analytic")
 ANALYTIC_ERROR = 0.72
 FOREIGN_ERROR = 0.5
 
-# Ops whose fusion class differs from their operator-table pattern.
-FUSION_OVERRIDES = {"nn.batch_norm": "fused", "nn.bias_add": "fused"}
-
-#: convolutions: their own anchor weight (``FusionRule.conv``)
-CONV_OPS = frozenset({"nn.conv2d", "nn.conv2d_transpose", "nn.conv1d", "nn.conv3d"})
-
-#: ops whose operand 1 is a weight tensor read from memory once per inference
-WEIGHT_OPERAND_OPS = frozenset({"nn.dense", "nn.conv2d", "nn.conv2d_transpose", "nn.conv1d", "nn.conv3d"})
-
-
 def fusion_class(op: str) -> str:
-    """``free``, ``opaque``, ``fused`` (element-wise/broadcast), ``injective`` or ``anchor``."""
-    from .. import ops
+    """``free``, ``opaque``, ``fused`` (element-wise/broadcast), ``injective`` or ``anchor``:
+    the op's ``OpDef.fusion`` (an op outside the table is an anchor)."""
+    d = ops.OPS.get(op)
+    return d.fusion if d is not None else "anchor"
 
-    if op in GRAPH_LEVEL_OPS:
-        return "free"
-    if op == "opaque":
-        return "opaque"
-    if op in FUSION_OVERRIDES:
-        return FUSION_OVERRIDES[op]
-    pattern = ops.OPS[op].pattern if op in ops.OPS else "opaque"
-    if pattern in ("elemwise", "broadcast"):
-        return "fused"
-    if pattern == "injective":
-        return "injective"
-    return "anchor"
+
+def _is_conv(op: str) -> bool:
+    d = ops.OPS.get(op)
+    return d is not None and d.conv
 
 
 def extra_read_share(input_types: Sequence[Type], out_type: Type) -> float:
@@ -168,9 +156,6 @@ class CostModel:
         """``learned``: a LearnedCostModel, a model file path, None (find one) or False (none).
         ``cache``: a CostCache or a database path (None: the default database).
         ``fusion``: the FusionRule; None: the one fitted with the learned model, else defaults."""
-        from .learned import LearnedCostModel, load_model
-        from .measure import BackendUnavailable, resolve_target, select_backend
-
         if kind not in KINDS:
             raise ValueError(f"unknown cost model kind {kind!r} (one of {', '.join(KINDS)})")
         self.kind = kind
@@ -225,8 +210,6 @@ class CostModel:
         return self._table
 
     def _measure(self, inst: OpInstance) -> float | None:
-        from .measure import Measurer
-
         if self._measurer is None:
             self._measurer = Measurer(self.target, self.backend, self.measure_config, self.cache)
         (res,) = self._measurer.measure_many([inst], progress=False) or [None]
@@ -290,7 +273,7 @@ class CostModel:
         k = self.kernel_cost(op, attrs, input_types, out_type)
         terms[5] = self._weight_traffic(op, input_types)
         if cls == "anchor":
-            terms[7 if op in CONV_OPS else 0] = k
+            terms[7 if _is_conv(op) else 0] = k
         elif cls == "fused":
             terms[1] = k
             terms[2] = k * extra_read_share(input_types, out_type)
@@ -312,20 +295,23 @@ class CostModel:
         k = self.kernel_cost(op, attrs, input_types, out_type)
         w = (f.weights * self._weight_traffic(op, input_types) if f.weights else 0.0) + launch
         if cls == "anchor":
-            return (f.conv if op in CONV_OPS else f.anchor) * k + w
+            return (f.conv if _is_conv(op) else f.anchor) * k + w
         if cls == "fused":
             return k * (f.fused + f.fused_read * extra_read_share(input_types, out_type)) + w
         return f.injective * k + w
 
     def _weight_traffic(self, op: str, input_types: Sequence[Type]) -> float:
-        """Seconds to stream the op's weight operand from memory (0 for ops without one)."""
-        if op not in WEIGHT_OPERAND_OPS or len(input_types) < 2 or not isinstance(input_types[1], TensorType):
+        """Seconds to stream the op's weight operands (``OpDef.streamed_weights``) from memory."""
+        d = ops.OPS.get(op)
+        nbytes = [type_bytes(input_types[i]) for i in (d.streamed_weights if d is not None else ())
+                  if i < len(input_types) and isinstance(input_types[i], TensorType)]
+        if not nbytes:
             return 0.0
-        return self.analytic.bytes_cost(type_bytes(input_types[1]))
+        return self.analytic.bytes_cost(sum(nbytes))
 
     def node_cost(self, op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type,
                   all_inputs_constant: bool = False) -> float:
-        """``op_cost`` in the signature of the e-graph's ``to_problem(node_cost, roots)``."""
+        """``op_cost`` in the signature ``extract.egraph_problem(egraph, node_cost, roots)`` expects."""
         return self.op_cost(op, attrs, input_types, out_type, all_inputs_constant)
 
     __call__ = node_cost

@@ -11,10 +11,12 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from .. import ops
+from ..extract.egraph_io import egraph_problem
 from ..graph import Attrs, TensorGraph, TensorType, TupleType, Type
 
-# Ops that never run as kernels: they cost nothing and are never measured.
-GRAPH_LEVEL_OPS = frozenset({"var", "constant", "tuple", "tuple_get_item"})
+# Ops that never run as kernels (``OpDef.fusion`` "free"): they cost nothing and are never measured.
+GRAPH_LEVEL_OPS = frozenset(name for name, d in ops.OPS.items() if d.fusion == "free")
 
 
 def _encode_value(v: Any) -> Any:
@@ -83,8 +85,6 @@ class OpInstance:
     def make(cls, op: str, attrs=None, input_types: Sequence[TensorType] = (),
              out_type: Type | None = None) -> "OpInstance":
         """An instance; the output type is inferred with ``ops`` when not given."""
-        from .. import ops
-
         attrs = attrs if isinstance(attrs, Attrs) else Attrs(attrs or {})
         if out_type is None:
             out_type = ops.infer_type(op, attrs, list(input_types))
@@ -162,7 +162,7 @@ def instances_from_egraph(egraph, root: int, include_constant: bool = False) -> 
             seen.setdefault(inst.key(), inst)
         return 0.0
 
-    egraph.to_problem(visit, [root])
+    egraph_problem(egraph, visit, [root])
     return list(seen.values())
 
 

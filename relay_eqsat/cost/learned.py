@@ -26,29 +26,28 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
+from .. import ops
 from ..graph import Attrs, TensorType, TupleType, Type
 from .analytic import AnalyticModel, op_flops_bytes
-from .cache import CostCache, cache_dir, normalize_target, target_slug
+from .cache import CostCache, cache_dir, ignore_shipped, normalize_target, target_slug
 from .instance import OpInstance
+from .measure import target_backends
 
 FEATURE_VERSION = 1
 ENV_MODEL_DIR = "RELAY_EQSAT_MODEL_DIR"
 SHIPPED_DIR = Path(__file__).parent / "data"
 
-OP_VOCAB = (
-    "nn.conv2d", "nn.dense", "nn.matmul", "nn.batch_matmul",
-    "add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
-    "nn.relu", "tanh", "sigmoid", "erf", "exp", "sqrt", "rsqrt", "negative", "clip", "nn.leaky_relu",
-    "nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d",
-    "transpose", "reshape", "concatenate", "split", "strided_slice", "nn.pad",
-    "nn.bias_add", "nn.batch_norm", "nn.softmax", "nn.layer_norm", "mean",
-)
+#: the op vocabulary, in the order baked into the shipped models' features (``OpDef.vocab``)
+OP_VOCAB = ops.vocabulary()
 PATTERNS = ("elemwise", "broadcast", "injective", "reduce", "out_fusable", "opaque")
 MAX_INPUTS = 3
 RANK = 4
@@ -104,8 +103,6 @@ def _rank4(shape: Sequence[int]) -> list[int]:
 
 
 def _pattern(op: str) -> str:
-    from .. import ops
-
     return ops.OPS[op].pattern if op in ops.OPS else "<other>"
 
 
@@ -316,10 +313,6 @@ def _train_isolated(X: np.ndarray, y: np.ndarray, holdout: float, seed: int, rou
     (XGBoost's native library and TVM's runtime do not share a process here,
     see TreeEnsemble): the arrays go through a temporary .npz file, the child
     is ``python -c`` (it imports neither TVM nor the caller's ``__main__``)."""
-    import subprocess
-    import sys
-    import tempfile
-
     if "tvm" not in sys.modules:
         return _train_core(X, y, holdout, seed, rounds, params, offset)
     package_root = str(Path(__file__).resolve().parents[2])
@@ -454,9 +447,6 @@ def default_model_path(backend: str) -> Path:
 def find_model(target: str, backend: str | None) -> Path | None:
     """The best model file for (target, backend): trained here, shipped for this target,
     then the shipped default of the backend."""
-    from .cache import ignore_shipped
-    from .measure import target_backends
-
     backends: Iterable[str] = [backend] if backend else target_backends(target)
     for b in backends:
         for d in (model_dir(),) if ignore_shipped() else (model_dir(), SHIPPED_DIR):

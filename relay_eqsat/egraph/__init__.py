@@ -1,10 +1,12 @@
 """The e-graph: Cython core (storage, union-find, hashcons, rebuild, analysis,
-e-matching, cycle filtering) and the extraction interface.
+e-matching, cycle filtering) and its flat view for extraction.
 
     EGraph          the e-graph (``relay_eqsat.egraph.core``)
+    EGraphArrays    its canonical classes and alive nodes as arrays (``EGraph.arrays()``)
     Program         a compiled pattern for ``EGraph.search``
     DescendantsMap  TENSAT's per-iteration cycle pre-filter snapshot
 """
+from .arrays import EGraphArrays
 from .core import (
     DescendantsMap,
     EGraph,
@@ -14,6 +16,8 @@ from .core import (
     infer_type_id,
     op_id,
     op_name,
+    signature_id,
+    signature_of,
     type_id,
     type_of,
     value_id,
@@ -21,6 +25,6 @@ from .core import (
 )
 
 __all__ = [
-    "EGraph", "Program", "DescendantsMap", "op_id", "op_name", "attrs_id", "attrs_of",
-    "type_id", "type_of", "value_id", "value_of", "infer_type_id",
+    "EGraph", "EGraphArrays", "Program", "DescendantsMap", "op_id", "op_name", "attrs_id", "attrs_of",
+    "type_id", "type_of", "value_id", "value_of", "infer_type_id", "signature_id", "signature_of",
 ]

@@ -5,17 +5,22 @@ Storage (all int32 C arrays, grown by doubling, copied with ``memcpy``):
 
 * e-nodes ``0..nn-1`` in insertion order (the node id *is* the insertion
   order): op id, attrs id, children (a slice of one flat child array, kept
-  canonical by rebuild), the class the node was added to, the scheduler
-  iteration that added it, flags (alive, blacklisted, all-inputs-constant) and
-  the next node of its class (each class is a linked list of its nodes).
+  canonical by rebuild), its signature id (op, attrs and child types), the
+  class the node was added to, the scheduler iteration that added it, flags
+  (alive, blacklisted, all-inputs-constant) and the next node of its class
+  (each class is a linked list of its nodes).
 * e-classes ``0..nc-1``: union-find parent, node-list head/tail, analysis data
   (interned type id; flags: constant, opaque), and a linked list of parent
   entries (the nodes that use the class), spliced in O(1) on union.
 * the hashcons: a Python dict from (op, attrs, *canonical children) to node id.
 
-Operator names, attribute sets, types and attribute values are interned in
-process-wide append-only tables, so ids stay valid across ``copy()`` and
-compiled patterns can cache per-attrs-id decisions.
+Operator names, attribute sets, types, attribute values and node signatures
+are interned in process-wide append-only tables, so ids stay valid across
+``copy()``, compiled patterns can cache per-attrs-id decisions and node costs
+can be memoized per signature.
+
+``arrays()`` copies the canonical classes and alive nodes into flat numpy
+arrays (``EGraphArrays``): what extraction (``relay_eqsat.extract``) reads.
 
 Congruence is restored egg-style: ``union`` only records the merge;
 ``rebuild`` re-canonicalizes the parents of merged classes, merging those that
@@ -26,8 +31,11 @@ from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memset
 from libc.stdint cimport int32_t, uint8_t, uint64_t
 
-from ..graph import Attrs, TensorGraph, TensorType, TupleType
+import numpy as _np
+
+from ..graph import Attrs
 from .. import ops as _ops
+from .arrays import EGraphArrays
 
 # ---------------------------------------------------------------------------
 # process-wide interning
@@ -40,7 +48,8 @@ _TYPES = []
 _TYPE_IDS = {}
 _VALUES = []
 _VALUE_IDS = {}
-_INFER_CACHE = {}
+_SIGNATURES = []    # signature id -> (op id, attrs id, child type ids, type id)
+_SIGNATURE_IDS = {}  # (op id, attrs id, child type ids) -> signature id, or the ShapeError it raised
 
 
 cpdef int op_id(str name):
@@ -100,20 +109,36 @@ def value_of(int i):
     return _VALUES[i]
 
 
-def infer_type_id(int op, int attrs, tuple child_types):
-    """ops.infer_type on interned ids, memoized; raises ShapeError (cached too)."""
+cpdef int signature_id(int op, int attrs, tuple child_types) except -1:
+    """Interned id of an e-node's signature: its op, attrs and child types (ids).
+
+    The signature fixes the node's type (ops.infer_type, computed once here)
+    and everything a node cost depends on besides constness. Raises
+    ShapeError (cached too) when the operator rejects the child types.
+    """
     key = (op, attrs, child_types)
-    r = _INFER_CACHE.get(key)
+    r = _SIGNATURE_IDS.get(key)
     if r is None:
         try:
             t = _ops.infer_type(_OP_NAMES[op], _ATTRS[attrs], [_TYPES[c] for c in child_types])
-            r = type_id(t)
+            r = len(_SIGNATURES)
+            _SIGNATURES.append((op, attrs, child_types, type_id(t)))
         except _ops.ShapeError as e:
             r = e
-        _INFER_CACHE[key] = r
+        _SIGNATURE_IDS[key] = r
     if isinstance(r, BaseException):
         raise r
     return r
+
+
+def signature_of(int i):
+    """(op id, attrs id, child type ids, type id) of signature ``i``."""
+    return _SIGNATURES[i]
+
+
+def infer_type_id(int op, int attrs, tuple child_types):
+    """ops.infer_type on interned ids, memoized; raises ShapeError (cached too)."""
+    return _SIGNATURES[signature_id(op, attrs, child_types)][3]
 
 
 PLACEHOLDER = 1 << 30  # class references in plan templates (see apply_matches_planned)
@@ -130,58 +155,6 @@ DEF N_CONST = 4
 # class flags
 DEF C_CONST = 1
 DEF C_OPAQUE = 2
-
-
-cdef extern from *:
-    int _ctz64 "__builtin_ctzll"(unsigned long long) nogil
-
-
-cdef inline bint _heap_less(double* hval, int32_t* hkey, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
-    return hval[a] < hval[b] or (hval[a] == hval[b] and hkey[a] < hkey[b])
-
-
-cdef inline void _heap_swap(double* hval, int32_t* hkey, int32_t* hnode, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
-    cdef double v = hval[a]
-    cdef int32_t k = hkey[a], n = hnode[a]
-    hval[a] = hval[b]; hkey[a] = hkey[b]; hnode[a] = hnode[b]
-    hval[b] = v; hkey[b] = k; hnode[b] = n
-
-
-cdef Py_ssize_t _heap_push(double* hval, int32_t* hkey, int32_t* hnode, Py_ssize_t size,
-                           double v, int32_t key, int32_t node) noexcept nogil:
-    """Push (v, key) carrying node onto a binary min-heap ordered like Python tuples; returns the size."""
-    cdef Py_ssize_t i = size, parent
-    hval[i] = v; hkey[i] = key; hnode[i] = node
-    while i > 0:
-        parent = (i - 1) >> 1
-        if _heap_less(hval, hkey, i, parent):
-            _heap_swap(hval, hkey, hnode, i, parent)
-            i = parent
-        else:
-            break
-    return size + 1
-
-
-cdef Py_ssize_t _heap_pop(double* hval, int32_t* hkey, int32_t* hnode, Py_ssize_t size) noexcept nogil:
-    """Remove the minimum (read it from index 0 first); returns the new size."""
-    cdef Py_ssize_t i = 0, l, r, m
-    size -= 1
-    if size == 0:
-        return 0
-    hval[0] = hval[size]; hkey[0] = hkey[size]; hnode[0] = hnode[size]
-    while True:
-        l = 2 * i + 1
-        r = l + 1
-        m = i
-        if l < size and _heap_less(hval, hkey, l, m):
-            m = l
-        if r < size and _heap_less(hval, hkey, r, m):
-            m = r
-        if m == i:
-            break
-        _heap_swap(hval, hkey, hnode, i, m)
-        i = m
-    return size
 
 
 cdef int32_t* _grow32(int32_t* p, Py_ssize_t n) except NULL:
@@ -239,8 +212,7 @@ cdef class EGraph:
     cdef int32_t* n_next
     cdef int32_t* n_stamp
     cdef uint8_t* n_flags
-    cdef double* n_cost      # reward-extraction cost per node (see ``ocf_cost``)
-    cdef uint8_t* n_costk    # 0: n_cost unknown; 1/2: known for constness false/true
+    cdef int32_t* n_sig      # signature id (``signature_id``)
     cdef Py_ssize_t nn, ncap
     # children
     cdef int32_t* ch
@@ -268,16 +240,13 @@ cdef class EGraph:
     cdef public int iteration
     cdef public dict constants
     cdef public dict opaque
-    cdef public object last_problem
     cdef public Py_ssize_t type_mismatches
-    cdef object cost_owner   # the cost table ``n_cost`` was filled from
 
     def __cinit__(self, *args, **kwargs):
         self.n_op = self.n_attrs = self.n_cstart = self.n_nch = NULL
         self.n_class = self.n_iter = self.n_next = self.n_stamp = NULL
         self.n_flags = NULL
-        self.n_cost = NULL
-        self.n_costk = NULL
+        self.n_sig = NULL
         self.ch = NULL
         self.uf = self.c_head = self.c_tail = self.c_type = NULL
         self.c_phead = self.c_ptail = self.c_stamp = NULL
@@ -296,15 +265,12 @@ cdef class EGraph:
         self.iteration = 0
         self.constants = {}
         self.opaque = {}
-        self.last_problem = None
         self.type_mismatches = 0
-        self.cost_owner = None
 
     def __dealloc__(self):
         free(self.n_op); free(self.n_attrs); free(self.n_cstart); free(self.n_nch)
         free(self.n_class); free(self.n_iter); free(self.n_next); free(self.n_stamp)
-        free(self.n_flags); free(self.ch)
-        free(self.n_cost); free(self.n_costk)
+        free(self.n_flags); free(self.n_sig); free(self.ch)
         free(self.uf); free(self.c_head); free(self.c_tail); free(self.c_type)
         free(self.c_phead); free(self.c_ptail); free(self.c_stamp); free(self.c_flags)
         free(self.p_node); free(self.p_next)
@@ -320,12 +286,8 @@ cdef class EGraph:
             self.n_next = _grow32(self.n_next, ncap)
             self.n_stamp = _grow32(self.n_stamp, ncap)
             self.n_flags = _grow8(self.n_flags, ncap)
-            self.n_costk = _grow8(self.n_costk, ncap)
-            self.n_cost = <double*> realloc(self.n_cost, ncap * sizeof(double))
-            if self.n_cost == NULL:
-                raise MemoryError()
+            self.n_sig = _grow32(self.n_sig, ncap)
             memset(self.n_stamp + self.ncap, 0, (ncap - self.ncap) * sizeof(int32_t))
-            memset(self.n_costk + self.ncap, 0, (ncap - self.ncap) * sizeof(uint8_t))
             self.ncap = ncap
         if chcap > self.chcap:
             self.ch = _grow32(self.ch, chcap)
@@ -366,15 +328,7 @@ cdef class EGraph:
             raise MemoryError()
         memset(g.n_stamp, 0, self.ncap * sizeof(int32_t))
         g.n_flags = _dup8(self.n_flags, self.nn, self.ncap)
-        g.n_costk = <uint8_t*> malloc(self.ncap * sizeof(uint8_t))
-        g.n_cost = <double*> malloc(self.ncap * sizeof(double))
-        if g.n_costk == NULL or g.n_cost == NULL:
-            raise MemoryError()
-        memset(g.n_costk, 0, self.ncap * sizeof(uint8_t))
-        if self.nn:
-            memcpy(g.n_costk, self.n_costk, self.nn * sizeof(uint8_t))
-            memcpy(g.n_cost, self.n_cost, self.nn * sizeof(double))
-        g.cost_owner = self.cost_owner
+        g.n_sig = _dup32(self.n_sig, self.nn, self.ncap)
         g.chcap = self.chcap; g.nch = self.nch
         g.ch = _dup32(self.ch, self.nch, self.chcap)
         g.ccap = self.ccap; g.nc = self.nc
@@ -400,7 +354,6 @@ cdef class EGraph:
         g.iteration = self.iteration
         g.constants = dict(self.constants)
         g.opaque = dict(self.opaque)
-        g.last_problem = None
         g.type_mismatches = self.type_mismatches
         return g
 
@@ -498,7 +451,7 @@ cdef class EGraph:
         Raises ShapeError when the operator rejects its children's types.
         """
         cdef Py_ssize_t k, j, m = len(children)
-        cdef int32_t c, n, cls, tid
+        cdef int32_t c, n, cls, sig
         cdef bint dup
         canon = [0] * m
         for k in range(m):
@@ -510,7 +463,7 @@ cdef class EGraph:
         hit = self.hashcons.get(key)
         if hit is not None:
             return self._find(self.n_class[<int32_t> hit])
-        tid = infer_type_id(op, attrs, tuple([self.c_type[c] for c in canon]))
+        sig = signature_id(op, attrs, tuple([self.c_type[c] for c in canon]))
         if self.nn >= self.ncap:
             self._alloc(self.ncap * 2, 0, 0, 0)
         if self.nch + m > self.chcap:
@@ -532,11 +485,11 @@ cdef class EGraph:
         self.n_iter[n] = self.iteration
         self.n_next[n] = -1
         self.n_flags[n] = N_ALIVE
-        self.n_costk[n] = 0
+        self.n_sig[n] = sig
         self.uf[cls] = cls
         self.c_head[cls] = n
         self.c_tail[cls] = n
-        self.c_type[cls] = tid
+        self.c_type[cls] = _SIGNATURES[sig][3]
         self.c_phead[cls] = -1
         self.c_ptail[cls] = -1
         self.c_flags[cls] = 0
@@ -573,9 +526,9 @@ cdef class EGraph:
         """Insert a TensorGraph; returns the class of its output.
 
         The graph's constants and opaque payloads are kept (renamed when they
-        collide with different ones already here) so that ``build_graph`` can
-        rebuild a TensorGraph. If ``mapping`` is a list, it receives the class
-        of every graph node.
+        collide with different ones already here) so that an extracted
+        TensorGraph can be rebuilt (``extract.build_graph``). If ``mapping``
+        is a list, it receives the class of every graph node.
         """
         classes = []
         for node in graph.nodes:
@@ -1257,403 +1210,80 @@ cdef class EGraph:
         return 0
 
     # ------------------------------------------------------------------
-    # extraction interface
+    # flat view
     # ------------------------------------------------------------------
-    def to_problem(self, node_cost, roots):
-        """Flatten into an ``ExtractionProblem``.
-
-        ``node_cost(op, attrs, input_types, out_type, all_inputs_constant) -> float``
-        is called once per distinct (op, attrs, input types, constness).
-        ``roots`` are e-graph class ids. The problem's ``class_key``/``node_key``
-        hold the e-graph ids, ``blacklisted`` marks the filter list, and
-        ``class_data`` the class types. The problem is remembered as
-        ``last_problem`` for ``build_graph``.
-        """
-        import numpy as np
-        from ..extract.problem import ExtractionProblem
-
+    def arrays(self):
+        """The canonical classes and alive nodes as flat numpy arrays (one copy; see
+        ``EGraphArrays``), after a rebuild if one is pending."""
         if not self.clean:
             self.rebuild()
-        cdef int32_t c, n, k, s, idx = 0
-        cdef Py_ssize_t nc = self.nc
-        cls_index = {}
-        class_key = []
-        class_data = []
+        cdef Py_ssize_t nc = self.nc, nn = self.nn, C = 0, N = 0, M = 0, i, j, m, k
+        cdef int32_t c, n, s
         for c in range(nc):
             if self.uf[c] == c:
-                cls_index[c] = idx
-                class_key.append(c)
-                class_data.append(_TYPES[self.c_type[c]])
-                idx += 1
-        node_class = []
-        node_children = []
-        node_costs = []
-        node_label = []
-        blacklisted = []
-        node_key = []
-        cache = {}
-        for c in class_key:
-            n = self.c_head[c]
+                C += 1
+        for n in range(nn):
+            if self.n_flags[n] & N_ALIVE:
+                N += 1
+                M += self.n_nch[n]
+        # one int32 block and one flag block, sliced into the fields
+        ints = _np.empty(2 * C + nc + 6 * N + 1 + M, _np.int32)
+        flags = _np.empty(2 * N + 1, _np.uint8)
+        cdef int32_t[::1] iview = ints
+        cdef uint8_t[::1] fview = flags
+        cdef int32_t* class_id = &iview[0]
+        cdef int32_t* class_type = class_id + C
+        cdef int32_t* class_index = class_type + C
+        cdef int32_t* node_id = class_index + nc
+        cdef int32_t* node_class = node_id + N
+        cdef int32_t* node_op = node_class + N
+        cdef int32_t* node_attrs = node_op + N
+        cdef int32_t* node_sig = node_attrs + N
+        cdef int32_t* child_start = node_sig + N
+        cdef int32_t* children = child_start + N + 1
+        cdef uint8_t* node_const = &fview[0]
+        cdef uint8_t* node_black = node_const + N
+        i = 0
+        for c in range(nc):
+            if self.uf[c] == c:
+                class_id[i] = c
+                class_type[i] = self.c_type[c]
+                class_index[c] = <int32_t> i
+                i += 1
+        for c in range(nc):
+            class_index[c] = class_index[self._find(c)]
+        j = 0
+        m = 0
+        for i in range(C):
+            n = self.c_head[class_id[i]]
             while n >= 0:
                 if self.n_flags[n] & N_ALIVE:
+                    if j == N:
+                        raise RuntimeError("alive nodes outside their class lists")
+                    node_id[j] = n
+                    node_class[j] = <int32_t> i
+                    node_op[j] = self.n_op[n]
+                    node_attrs[j] = self.n_attrs[n]
+                    node_sig[j] = self.n_sig[n]
+                    node_const[j] = (self.n_flags[n] & N_CONST) != 0
+                    node_black[j] = (self.n_flags[n] & N_BLACK) != 0
+                    child_start[j] = <int32_t> m
                     s = self.n_cstart[n]
-                    chs = tuple([self._find(self.ch[s + k]) for k in range(self.n_nch[n])])
-                    const = bool(self.n_flags[n] & N_CONST)
-                    ckey = (self.n_op[n], self.n_attrs[n], tuple([self.c_type[x] for x in chs]), const)
-                    cost = cache.get(ckey)
-                    if cost is None:
-                        cost = float(node_cost(_OP_NAMES[self.n_op[n]], _ATTRS[self.n_attrs[n]],
-                                               [_TYPES[self.c_type[x]] for x in chs],
-                                               _TYPES[self.c_type[c]], const))
-                        cache[ckey] = cost
-                    node_class.append(cls_index[c])
-                    node_children.append(tuple([cls_index[x] for x in chs]))
-                    node_costs.append(cost)
-                    node_label.append(_OP_NAMES[self.n_op[n]])
-                    blacklisted.append(bool(self.n_flags[n] & N_BLACK))
-                    node_key.append(n)
+                    for k in range(self.n_nch[n]):
+                        children[m] = class_index[self._find(self.ch[s + k])]
+                        m += 1
+                    j += 1
                 n = self.n_next[n]
-        problem = ExtractionProblem(
-            node_class=np.asarray(node_class, dtype=np.int64),
-            node_children=node_children,
-            node_cost=np.asarray(node_costs, dtype=np.float64),
-            roots=[cls_index[self._find(r)] for r in roots],
-            node_label=node_label,
-            blacklisted=np.asarray(blacklisted, dtype=bool),
-            class_key=class_key,
-            node_key=node_key,
-            class_data=class_data,
-        )
-        self.last_problem = problem
-        return problem
-
-    def ocf_cost(self, node_cost, dict cache, int root):
-        """Cost of the sharing-aware greedy (OCF) extraction of class ``root``.
-
-        The same algorithm as ``extract.greedy.greedy_ocf`` on
-        ``to_problem(node_cost, [root])`` (Knuth-Dijkstra order, ties to the
-        problem's node order, histories as bitsets over finalization ranks,
-        stop at the root) and the same result, the cost of the extracted DAG
-        summed in depth-first preorder, computed on the e-graph's arrays
-        without building the problem. The fast reward for MCTS.
-
-        ``node_cost`` is called as in ``to_problem``, once per distinct key
-        (op, attrs, child types, constness) in ``cache``; each node's cost is
-        also remembered in the e-graph (and its copies) while the same
-        ``cache`` is used. Raises InfeasibleError when ``root`` cannot be
-        extracted without blacklisted nodes.
-        """
-        if not self.clean:
-            self.rebuild()
-        cdef Py_ssize_t nn = self.nn, nc = self.nc
-        cdef int32_t c, n, k, s, d, m, j, idx, ncanon, rootc, want, b, nrank, big, p, top
-        cdef Py_ssize_t cnt, W, w, nheap, i, hcap, nfree, child, parent, last
-        cdef double val, added, total, bc
-        cdef uint64_t word, bit
-        cdef bint any_bit
-        if root < 0 or root >= nc:
-            raise IndexError(f"class {root} out of range")
-        rootc = self._find(root)
-        # 1. per-node costs, remembered across calls and copies
-        if self.cost_owner is not cache:
-            if nn:
-                memset(self.n_costk, 0, nn * sizeof(uint8_t))
-            self.cost_owner = cache
-        for n in range(nn):
-            if not (self.n_flags[n] & N_ALIVE):
-                continue
-            want = 2 if (self.n_flags[n] & N_CONST) else 1
-            if self.n_costk[n] == want:
-                continue
-            s = self.n_cstart[n]
-            types = tuple([self.c_type[self._find(self.ch[s + k])] for k in range(self.n_nch[n])])
-            const = want == 2
-            ckey = (self.n_op[n], self.n_attrs[n], types, const)
-            cost = cache.get(ckey)
-            if cost is None:
-                cost = float(node_cost(_OP_NAMES[self.n_op[n]], _ATTRS[self.n_attrs[n]],
-                                       [_TYPES[t] for t in types],
-                                       _TYPES[self.c_type[self._find(self.n_class[n])]], const))
-                cache[ckey] = cost
-            self.n_cost[n] = cost
-            self.n_costk[n] = want
-
-        cdef int32_t* pidx = <int32_t*> malloc((nn + 1) * sizeof(int32_t))
-        cdef int32_t* ncls = <int32_t*> malloc((nn + 1) * sizeof(int32_t))
-        cdef int32_t* dk_off = <int32_t*> malloc((nn + 1) * sizeof(int32_t))
-        cdef int32_t* dk = <int32_t*> malloc((self.nch + 1) * sizeof(int32_t))
-        cdef int32_t* dk_cnt = <int32_t*> malloc((nn + 1) * sizeof(int32_t))
-        cdef int32_t* pending = <int32_t*> malloc((nn + 1) * sizeof(int32_t))
-        cdef int32_t* mark = <int32_t*> malloc((nc + 1) * sizeof(int32_t))
-        cdef int32_t* par_off = <int32_t*> malloc((nc + 2) * sizeof(int32_t))
-        cdef int32_t* par = <int32_t*> malloc((self.nch + 1) * sizeof(int32_t))
-        cdef int32_t* holders = <int32_t*> malloc((nc + 1) * sizeof(int32_t))
-        cdef int32_t* hidx = <int32_t*> malloc((nc + 1) * sizeof(int32_t))
-        cdef int32_t* choice = <int32_t*> malloc((nc + 1) * sizeof(int32_t))
-        cdef double* ccost = <double*> malloc((nc + 1) * sizeof(double))
-        cdef double* rweight = <double*> malloc((nc + 1) * sizeof(double))
-        cdef double* hval = <double*> malloc((nn + 1) * sizeof(double))
-        cdef int32_t* hkey = <int32_t*> malloc((nn + 1) * sizeof(int32_t))
-        cdef int32_t* hnode = <int32_t*> malloc((nn + 1) * sizeof(int32_t))
-        cdef int32_t* stack = <int32_t*> malloc((self.nch + 2) * sizeof(int32_t))
-        cdef int32_t* freelist = NULL
-        cdef uint64_t* pool = NULL
-        cdef uint64_t* tmp = NULL
-        cdef uint64_t* hb
-        cdef uint64_t* pool2
-        try:
-            if (pidx == NULL or ncls == NULL or dk_cnt == NULL or dk_off == NULL or dk == NULL or pending == NULL
-                    or mark == NULL or par_off == NULL or par == NULL or holders == NULL or hidx == NULL
-                    or choice == NULL or ccost == NULL or rweight == NULL or hval == NULL or hkey == NULL
-                    or hnode == NULL or stack == NULL):
-                raise MemoryError()
-            # 2. problem order, distinct canonical children, parents
-            idx = 0
-            ncanon = 0
-            cnt = 0
-            memset(mark, 0xff, (nc + 1) * sizeof(int32_t))
-            memset(par_off, 0, (nc + 2) * sizeof(int32_t))
-            for c in range(nc):
-                if self.uf[c] != c:
-                    continue
-                ncanon += 1
-                n = self.c_head[c]
-                while n >= 0:
-                    if self.n_flags[n] & N_ALIVE:
-                        pidx[n] = idx
-                        idx += 1
-                        ncls[n] = c
-                        dk_off[n] = cnt
-                        s = self.n_cstart[n]
-                        for k in range(self.n_nch[n]):
-                            d = self._find(self.ch[s + k])
-                            if mark[d] != n:
-                                mark[d] = n
-                                dk[cnt] = d
-                                cnt += 1
-                        pending[n] = cnt - dk_off[n]
-                        dk_cnt[n] = pending[n]
-                        if not (self.n_flags[n] & N_BLACK):
-                            for j in range(dk_off[n], cnt):
-                                par_off[dk[j] + 1] += 1
-                    n = self.n_next[n]
-            for c in range(nc):
-                par_off[c + 1] += par_off[c]
-                holders[c] = par_off[c + 1] - par_off[c]
-                mark[c] = par_off[c]  # fill cursor
-                hidx[c] = -1
-                choice[c] = -1
-            for c in range(nc):
-                if self.uf[c] != c:
-                    continue
-                n = self.c_head[c]
-                while n >= 0:
-                    if (self.n_flags[n] & N_ALIVE) and not (self.n_flags[n] & N_BLACK):
-                        last = dk_off[n] + pending[n]
-                        for j in range(dk_off[n], last):
-                            d = dk[j]
-                            par[mark[d]] = n
-                            mark[d] += 1
-                    n = self.n_next[n]
-            # 3. histories: W-word bitsets in a pool of blocks, recycled through a free list
-            W = (ncanon + 63) // 64
-            if W < 1:
-                W = 1
-            hcap = 64
-            pool = <uint64_t*> malloc(hcap * W * sizeof(uint64_t))
-            freelist = <int32_t*> malloc(hcap * sizeof(int32_t))
-            tmp = <uint64_t*> malloc(W * sizeof(uint64_t))
-            if pool == NULL or freelist == NULL or tmp == NULL:
-                raise MemoryError()
-            nfree = hcap
-            for i in range(hcap):
-                freelist[i] = <int32_t> (hcap - 1 - i)
-            # 4. Knuth-Dijkstra
-            nheap = 0
-            for c in range(nc):
-                if self.uf[c] != c:
-                    continue
-                n = self.c_head[c]
-                while n >= 0:
-                    if (self.n_flags[n] & N_ALIVE) and not (self.n_flags[n] & N_BLACK) and pending[n] == 0:
-                        nheap = _heap_push(hval, hkey, hnode, nheap, self.n_cost[n], pidx[n], n)
-                    n = self.n_next[n]
-            nrank = 0
-            while nheap > 0:
-                val = hval[0]
-                n = hnode[0]
-                nheap = _heap_pop(hval, hkey, hnode, nheap)
-                c = ncls[n]
-                if choice[c] >= 0:
-                    continue
-                # history of c: the union of its children's, plus its own rank
-                if nfree == 0:
-                    pool2 = <uint64_t*> realloc(pool, 2 * hcap * W * sizeof(uint64_t))
-                    if pool2 == NULL:
-                        raise MemoryError()
-                    pool = pool2
-                    free(freelist)
-                    freelist = <int32_t*> malloc(2 * hcap * sizeof(int32_t))
-                    if freelist == NULL:
-                        raise MemoryError()
-                    for i in range(hcap):
-                        freelist[i] = <int32_t> (2 * hcap - 1 - i)
-                    nfree = hcap
-                    hcap *= 2
-                nfree -= 1
-                b = freelist[nfree]
-                hidx[c] = b
-                hb = pool + b * W
-                memset(hb, 0, W * sizeof(uint64_t))
-                last = dk_off[n] + dk_cnt[n]
-                for j in range(dk_off[n], last):
-                    d = dk[j]
-                    for w in range(W):
-                        hb[w] |= pool[hidx[d] * W + w]
-                hb[nrank >> 6] |= (<uint64_t> 1) << (nrank & 63)
-                rweight[nrank] = self.n_cost[n]
-                nrank += 1
-                choice[c] = n
-                ccost[c] = val
-                # every node of c is now moot: release the child histories it was holding
-                m = self.c_head[c]
-                while m >= 0:
-                    if (self.n_flags[m] & N_ALIVE) and not (self.n_flags[m] & N_BLACK):
-                        last = dk_off[m] + dk_cnt[m]
-                        for j in range(dk_off[m], last):
-                            d = dk[j]
-                            holders[d] -= 1
-                            if holders[d] == 0 and choice[d] >= 0 and hidx[d] >= 0:
-                                freelist[nfree] = hidx[d]
-                                nfree += 1
-                                hidx[d] = -1
-                    m = self.n_next[m]
-                if holders[c] == 0 and hidx[c] >= 0:
-                    freelist[nfree] = hidx[c]
-                    nfree += 1
-                    hidx[c] = -1
-                if c == rootc:
-                    break
-                for j in range(par_off[c], par_off[c + 1]):
-                    p = par[j]
-                    pending[p] -= 1
-                    if pending[p] == 0 and choice[ncls[p]] < 0:
-                        # node value: own cost + the cost of the union of the children's histories
-                        last = dk_off[p] + dk_cnt[p]
-                        k = last - dk_off[p]
-                        if k == 0:
-                            val = self.n_cost[p]
-                        elif k == 1:
-                            val = self.n_cost[p] + ccost[dk[dk_off[p]]]
-                        else:
-                            big = dk[dk_off[p]]
-                            for i in range(dk_off[p] + 1, last):
-                                if ccost[dk[i]] > ccost[big]:
-                                    big = dk[i]
-                            memset(tmp, 0, W * sizeof(uint64_t))
-                            for i in range(dk_off[p], last):
-                                d = dk[i]
-                                for w in range(W):
-                                    tmp[w] |= pool[hidx[d] * W + w]
-                            added = 0.0
-                            any_bit = False
-                            for w in range(W):
-                                word = tmp[w] & ~pool[hidx[big] * W + w]
-                                while word:
-                                    bit = word & (~word + 1)
-                                    added += rweight[w * 64 + _ctz64(bit)]
-                                    word ^= bit
-                                    any_bit = True
-                            val = self.n_cost[p] + ccost[big]
-                            if any_bit:
-                                val = val + added
-                        nheap = _heap_push(hval, hkey, hnode, nheap, val, pidx[p], p)
-            if choice[rootc] < 0:
-                from ..extract.validate import InfeasibleError
-                raise InfeasibleError(f"root class {rootc} has no acyclic extraction that avoids "
-                                      "the blacklisted nodes")
-            # 5. cost of the extracted DAG, summed in depth-first preorder (as solution_cost)
-            memset(mark, 0xff, (nc + 1) * sizeof(int32_t))
-            total = 0.0
-            top = 0
-            stack[0] = rootc
-            top = 1
-            while top > 0:
-                top -= 1
-                c = stack[top]
-                if mark[c] == 1:
-                    continue
-                mark[c] = 1
-                n = choice[c]
-                total += self.n_cost[n]
-                s = self.n_cstart[n]
-                for k in range(self.n_nch[n]):
-                    stack[top] = self._find(self.ch[s + k])
-                    top += 1
-            return total
-        finally:
-            free(pidx); free(ncls); free(dk_cnt); free(dk_off); free(dk); free(pending); free(mark); free(par_off)
-            free(par); free(holders); free(hidx); free(choice); free(ccost); free(rweight); free(hval)
-            free(hkey); free(hnode); free(stack); free(freelist); free(pool); free(tmp)
-
-    def build_graph(self, choice, root=None, problem=None):
-        """Rebuild a TensorGraph from an extraction ``choice`` (problem class
-        index -> problem node index), rooted at problem class ``root`` (default:
-        the problem's first root). ``problem`` defaults to the last one made by
-        ``to_problem``. Shared classes are emitted once; raises ValueError on a
-        cycle or a class the choice does not cover.
-        """
-        if problem is None:
-            problem = self.last_problem
-        if problem is None:
-            raise ValueError("build_graph needs the ExtractionProblem the choice was made on")
-        if root is None:
-            root = problem.roots[0]
-        g = TensorGraph()
-        emitted = {}
-        state = {}
-        stack = [(int(root), False)]
-        while stack:
-            c, done = stack.pop()
-            if done:
-                n = choice[c]
-                enode = problem.node_key[n]
-                op = _OP_NAMES[self.n_op[enode]]
-                attrs = _ATTRS[self.n_attrs[enode]]
-                inputs = [emitted[x] for x in problem.node_children[n]]
-                if op == "constant":
-                    g.constants[attrs["name"]] = self.constants[attrs["name"]]
-                    nid = g.add(op, inputs, attrs)
-                elif op == "opaque":
-                    g.opaque[attrs["key"]] = self.opaque[attrs["key"]]
-                    nid = g.add(op, inputs, attrs, dedup=False)
-                else:
-                    nid = g.add(op, inputs, attrs)
-                emitted[c] = nid
-                state[c] = 2
-                continue
-            st = state.get(c, 0)
-            if st == 2:
-                continue
-            if st == 1:
-                raise ValueError(f"extraction choice has a cycle through class {c}")
-            if c not in choice:
-                raise ValueError(f"extraction choice does not cover class {c}")
-            n = choice[c]
-            if problem.node_class[n] != c:
-                raise ValueError(f"choice for class {c} is node {n} of class {problem.node_class[n]}")
-            if problem.blacklisted[n]:
-                raise ValueError(f"choice for class {c} is blacklisted node {n}")
-            state[c] = 1
-            stack.append((c, True))
-            for x in reversed(problem.node_children[n]):
-                sx = state.get(x, 0)
-                if sx == 1:
-                    raise ValueError(f"extraction choice has a cycle through class {x}")
-                if sx == 0:
-                    stack.append((x, False))
-        g.set_output(emitted[int(root)])
-        return g
+        if j != N:
+            raise RuntimeError("alive nodes outside their class lists")
+        child_start[N] = <int32_t> m
+        o = 2 * C + nc
+        return EGraphArrays(
+            class_id=ints[:C], class_type=ints[C:2 * C], class_index=ints[2 * C:o],
+            node_id=ints[o:o + N], node_class=ints[o + N:o + 2 * N], node_op=ints[o + 2 * N:o + 3 * N],
+            node_attrs=ints[o + 3 * N:o + 4 * N], node_sig=ints[o + 4 * N:o + 5 * N],
+            child_start=ints[o + 5 * N:o + 6 * N + 1], children=ints[o + 6 * N + 1:],
+            node_const=flags[:N].view(_np.bool_), node_black=flags[N:2 * N].view(_np.bool_))
 
 
 # ---------------------------------------------------------------------------

@@ -10,9 +10,12 @@ Every extractor consumes an ``ExtractionProblem`` and returns a ``Solution``
     maxsat       He et al.'s acyclic weighted partial MaxSAT
 
 ``Extractor.extract(problem)`` returns a Solution; given an e-graph instead,
-it flattens it with ``egraph.to_problem(cost, [root])``, extracts, and returns
-``(egraph.build_graph(choice, root_index, problem), cost)``: a TensorGraph
-and its cost.
+it flattens it with ``egraph_problem(egraph, cost, [root])``, extracts, and
+returns ``(build_graph(egraph, problem, choice), cost)``: a TensorGraph and its
+cost (egraph_io.py; the e-graph itself only exposes its arrays);
+``extract_graph`` returns the TensorGraph with the whole Solution.
+``ocf_cost(egraph, costs, root)`` is greedy-ocf's cost straight from the
+e-graph's arrays: the MCTS reward.
 Every solution is validated (complete, acyclic, roots chosen, nothing
 blacklisted) before it is returned; a violation raises ExtractionError.
 """
@@ -20,7 +23,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from .greedy import greedy_dcf, greedy_ocf
+from ..graph import TensorGraph
+from .egraph_io import NodeCosts, build_graph, egraph_problem
+from .greedy import greedy_dcf, greedy_ocf, ocf_cost
 from .ilp import ilp_acyc, ilp_topo
 from .maxsat import maxsat
 from .problem import ExtractionProblem, Solution
@@ -31,6 +36,7 @@ __all__ = [
     "ExtractionProblem", "Solution", "Extractor", "get_extractor", "EXTRACTORS", "solution_cost",
     "validate_solution", "reachable_classes", "ExtractionError", "InfeasibleError",
     "greedy_dcf", "greedy_ocf", "ilp_topo", "ilp_acyc", "maxsat",
+    "NodeCosts", "egraph_problem", "build_graph", "ocf_cost",
 ]
 
 
@@ -51,7 +57,6 @@ class Extractor:
         self.exact = exact
         self._takes_time_limit = takes_time_limit
         self.options = options
-        self.last_solution: Solution | None = None
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
@@ -64,13 +69,12 @@ class Extractor:
             kwargs["time_limit"] = time_limit
         solution = self._function(problem, roots, **kwargs)
         validate_solution(problem, solution.choice, problem.roots if roots is None else roots)
-        self.last_solution = solution
         return solution
 
     def extract(self, egraph_or_problem: Any, root: Any = None, cost: Any = None,
                 time_limit: float | None = None):
         """A Solution for an ExtractionProblem (``root``: a class index or list overriding its roots);
-        ``(TensorGraph, cost)`` for an e-graph."""
+        ``(TensorGraph, cost)`` for an e-graph (``cost``: a node cost callable or NodeCosts)."""
         if isinstance(egraph_or_problem, ExtractionProblem):
             if root is None:
                 roots = None
@@ -79,12 +83,17 @@ class Extractor:
             else:
                 roots = [int(root)]
             return self.solve(egraph_or_problem, roots, time_limit)
-        egraph = egraph_or_problem
+        graph, solution = self.extract_graph(egraph_or_problem, root, cost, time_limit)
+        return graph, solution.cost
+
+    def extract_graph(self, egraph: Any, root: int, cost: Any,
+                      time_limit: float | None = None) -> tuple[TensorGraph, Solution]:
+        """The program extracted from ``egraph`` at class ``root`` and the Solution it came from."""
         if root is None or cost is None:
             raise ValueError("extracting from an e-graph needs its root class and a node cost")
-        problem = egraph.to_problem(cost, [root])
+        problem = egraph_problem(egraph, cost, [root])
         solution = self.solve(problem, None, time_limit)
-        return egraph.build_graph(solution.choice, problem.roots[0], problem), solution.cost
+        return build_graph(egraph, problem, solution.choice), solution
 
 
 EXTRACTORS: dict[str, tuple[Callable[..., Solution], bool, bool]] = {

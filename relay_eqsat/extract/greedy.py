@@ -28,39 +28,38 @@ rank; every chosen edge goes from a class to a class of smaller rank, so the
 chosen nodes cannot form a cycle. (Nodes that need their own class can never
 be costed for the same reason.) The result is validated anyway.
 
-Histories are Python integers used as bitsets over finalization ranks (union is
-one C-level OR); a class's history is dropped once every node that has it as a
+OCF runs in Cython (ocf.pyx) on CSR arrays, for an ExtractionProblem
+(``greedy_ocf``) and directly on an e-graph's arrays (``ocf_cost``, the MCTS
+reward: the same result without building the problem). A class's history is
+a bitset over finalization ranks, dropped once every node that has it as a
 child belongs to a finalized class, so memory follows the frontier of the
 graph, not its square. A node's cost is its largest child's cost plus the
-weights of the classes the other children add; few classes are added in the
-common case (an op with weight inputs) and those are summed bit by bit, larger
-differences by numpy.
+weights of the classes the other children add.
 """
 from __future__ import annotations
 
 import heapq
 import time
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
+from .egraph_io import NodeCost, NodeCosts, class_indices, node_costs
+from .ocf import dag_cost, ocf_choice
 from .problem import ExtractionProblem, Solution
 from .validate import InfeasibleError, reachable_classes, solution_cost, validate_solution
 
-_FEW_BITS = 12
-
 
 def _structure(problem: ExtractionProblem):
-    """Per node: distinct child classes; per class: nodes having it as a child."""
+    """Per node: its class and number of distinct child classes; per class: the allowed nodes
+    having it as a child; the allowed nodes without children."""
     node_class = problem.node_class.tolist()
     blacklisted = problem.blacklisted
-    distinct: list[tuple[int, ...]] = []
     pending = [0] * problem.num_nodes
     parents: list[list[int]] = [[] for _ in range(problem.num_classes)]
     leaves: list[int] = []
     for n, children in enumerate(problem.node_children):
         kids = tuple(set(children)) if len(children) > 1 else tuple(children)
-        distinct.append(kids)
         if blacklisted[n]:
             continue
         pending[n] = len(kids)
@@ -68,7 +67,7 @@ def _structure(problem: ExtractionProblem):
             leaves.append(n)
         for d in kids:
             parents[d].append(n)
-    return node_class, distinct, pending, parents, leaves
+    return node_class, pending, parents, leaves
 
 
 def _finish(problem: ExtractionProblem, roots: list[int], choice: dict[int, int], status: str,
@@ -90,7 +89,7 @@ def greedy_dcf(problem: ExtractionProblem, roots: Iterable[int] | None = None, *
     """Greedy extraction with the default (tree) cost. ``info["tree_cost"]`` holds DCF's own estimate."""
     started = time.perf_counter()
     roots = list(problem.roots) if roots is None else [int(r) for r in roots]
-    node_class, _, pending, parents, leaves = _structure(problem)
+    node_class, pending, parents, leaves = _structure(problem)
     cost = problem.node_cost.tolist()
     children = problem.node_children
     blacklisted = problem.blacklisted
@@ -126,81 +125,27 @@ def greedy_ocf(problem: ExtractionProblem, roots: Iterable[int] | None = None, *
     """Greedy extraction with the sharing-aware cost: shared subgraphs are counted once."""
     started = time.perf_counter()
     roots = list(problem.roots) if roots is None else [int(r) for r in roots]
-    node_class, distinct, pending, parents, leaves = _structure(problem)
-    cost = problem.node_cost.tolist()
-    blacklisted = problem.blacklisted
-    n_classes = problem.num_classes
-    class_cost = [0.0] * n_classes
-    done = [False] * n_classes
-    history: list[int | None] = [None] * n_classes
-    # classes whose history is still needed: count of parent nodes in unfinalized classes
-    holders = [len(parents[c]) for c in range(n_classes)]
-    rank_weight = np.zeros(n_classes + 8, dtype=np.float64)  # + 8: bitsets are read in whole bytes
-    rank_weight_list: list[float] = []
-    choice: dict[int, int] = {}
-    root_set = set(roots)
-    left = len(root_set)
-
-    def node_value(p: int) -> float:
-        kids = distinct[p]
-        if not kids:
-            return cost[p]
-        if len(kids) == 1:
-            return cost[p] + class_cost[kids[0]]
-        big = max(kids, key=class_cost.__getitem__)
-        big_history = history[big]
-        union = 0
-        for d in kids:
-            union |= history[d]
-        extra = union & ~big_history
-        if not extra:
-            return cost[p] + class_cost[big]
-        if extra.bit_count() <= _FEW_BITS:
-            added = 0.0
-            while extra:
-                low = extra & -extra
-                added += rank_weight_list[low.bit_length() - 1]
-                extra ^= low
-        else:
-            size = (extra.bit_length() + 7) // 8
-            bits = np.unpackbits(np.frombuffer(extra.to_bytes(size, "little"), dtype=np.uint8),
-                                 bitorder="little")
-            added = float(bits @ rank_weight[: len(bits)])
-        return cost[p] + class_cost[big] + added
-
-    heap = [(cost[n], n) for n in leaves]
-    heapq.heapify(heap)
-    while heap:
-        value, n = heapq.heappop(heap)
-        c = node_class[n]
-        if done[c]:
-            continue
-        rank = len(rank_weight_list)
-        union = 0
-        for d in distinct[n]:
-            union |= history[d]
-        history[c] = union | (1 << rank)
-        rank_weight[rank] = cost[n]
-        rank_weight_list.append(cost[n])
-        done[c] = True
-        choice[c] = n
-        class_cost[c] = value
-        # every node of c is now moot: release the child histories it was holding
-        for m in problem.class_nodes[c]:
-            if blacklisted[m]:
-                continue
-            for d in distinct[m]:
-                holders[d] -= 1
-                if holders[d] == 0 and done[d]:
-                    history[d] = None
-        if holders[c] == 0:
-            history[c] = None
-        if c in root_set:
-            left -= 1
-            if left == 0 and stop_at_roots:
-                break
-        for p in parents[c]:
-            pending[p] -= 1
-            if pending[p] == 0 and not blacklisted[p] and not done[node_class[p]]:
-                heapq.heappush(heap, (node_value(p), p))
+    start, flat = problem.children_csr()
+    chosen = ocf_choice(np.ascontiguousarray(problem.node_class, dtype=np.int32), start, flat,
+                        np.ascontiguousarray(problem.node_cost, dtype=np.float64),
+                        np.ascontiguousarray(problem.blacklisted).view(np.uint8), problem.num_classes,
+                        roots, stop_at_roots)
+    choice = {c: n for c, n in enumerate(chosen.tolist()) if n >= 0}
     return _finish(problem, roots, choice, "greedy-ocf", started, validate, {})
+
+
+def ocf_cost(egraph: Any, node_cost: NodeCost | NodeCosts, root: int) -> float:
+    """Cost of the sharing-aware greedy extraction of e-graph class ``root``: ``greedy_ocf``'s cost
+    on ``egraph_problem(egraph, node_cost, [root])``, computed on the e-graph's arrays without
+    building the problem. The fast reward for MCTS: pass one NodeCosts to every call so each
+    node key is costed once. Raises InfeasibleError when ``root`` cannot be extracted without
+    blacklisted nodes."""
+    arrays = egraph.arrays()
+    (r,) = class_indices(arrays, [root])
+    cost = node_costs(node_cost).of(arrays)
+    chosen = ocf_choice(arrays.node_class, arrays.child_start, arrays.children, cost,
+                        arrays.node_black.view(np.uint8), arrays.num_classes, (r,), True)
+    if chosen[r] < 0:
+        raise InfeasibleError(f"root class {int(arrays.class_id[r])} has no acyclic extraction that avoids "
+                              "the blacklisted nodes")
+    return dag_cost(chosen, arrays.child_start, arrays.children, cost, (r,))

@@ -255,7 +255,7 @@ def topological_ranks(problem: ExtractionProblem, choice: dict[int, int], roots:
     return ranks
 
 
-class _Encoding:
+class Encoding:
     """Variables and constraints shared by ILP-Topo, ILP-ACyc (and reused by MaxSAT's clause view)."""
 
     def __init__(self, backend, problem: ExtractionProblem, red: Reduced, integral_weights: bool) -> None:
@@ -303,7 +303,7 @@ class _Encoding:
         return True
 
 
-def _solve_loop(problem, red, roots, enc: _Encoding, warm: Solution, time_limit, threads, lazy: bool,
+def _solve_loop(problem, red, roots, enc: Encoding, warm: Solution, time_limit, threads, lazy: bool,
                 started: float, encode_time: float, name: str, extra_info: dict) -> Solution:
     deadline = None if time_limit is None else started + time_limit
     solve_time = 0.0
@@ -342,7 +342,9 @@ def _solve_loop(problem, red, roots, enc: _Encoding, warm: Solution, time_limit,
                     solve_time=solve_time, encode_time=encode_time, info=info)
 
 
-def _start(problem, roots):
+def prepare(problem, roots):
+    """What every exact extractor starts from: (start time, roots, the reduced problem,
+    the OCF greedy warm start)."""
     started = time.perf_counter()
     roots = list(problem.roots) if roots is None else [int(r) for r in roots]
     red = reduce_problem(problem, roots)
@@ -350,7 +352,7 @@ def _start(problem, roots):
     return started, roots, red, warm
 
 
-def _hint_nodes(enc: _Encoding, warm: Solution) -> dict[int, float]:
+def _hint_nodes(enc: Encoding, warm: Solution) -> dict[int, float]:
     chosen = set(warm.choice.values())
     return {v: (1.0 if n in chosen else 0.0) for n, v in enc.x.items()}
 
@@ -368,9 +370,9 @@ def ilp_topo(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, 
         raise ValueError("order must be 'int' or 'real'")
     if order_scope not in ("all", "scc"):
         raise ValueError("order_scope must be 'all' or 'scc'")
-    started, roots, red, warm = _start(problem, roots)
+    started, roots, red, warm = prepare(problem, roots)
     backend = _backend(solver)
-    enc = _Encoding(backend, problem, red, integral_weights=(solver == "cp-sat"))
+    enc = Encoding(backend, problem, red, integral_weights=(solver == "cp-sat"))
     if order_scope == "all":
         component = {c: 0 for c in red.classes}
     else:
@@ -425,12 +427,12 @@ def enumerate_cycles(problem: ExtractionProblem, red: Reduced, cycles: str, max_
     raise ValueError(f"cycles must be one of {CYCLE_MODES}")
 
 
-def _enumeration_deadline(started: float, time_limit: float | None) -> float | None:
+def enumeration_deadline(started: float, time_limit: float | None) -> float | None:
     """Cycle enumeration may use half of the time limit; solving needs the rest."""
     return None if time_limit is None else started + time_limit / 2
 
 
-def encode_cycles(enc: _Encoding, cycles: Iterable[Sequence[int]]) -> None:
+def encode_cycles(enc: Encoding, cycles: Iterable[Sequence[int]]) -> None:
     """Acyclic constraints for each distinct class set among ``cycles`` (Algorithm 1 depends on the set only)."""
     seen: set[frozenset] = set()
     for cycle in cycles:
@@ -451,10 +453,10 @@ def ilp_acyc(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, 
     all cycles were enumerated, each solution is checked and a cycle it
     contains is added before solving again.
     """
-    started, roots, red, warm = _start(problem, roots)
+    started, roots, red, warm = prepare(problem, roots)
     backend = _backend(solver)
-    enc = _Encoding(backend, problem, red, integral_weights=(solver == "cp-sat"))
-    found, complete = enumerate_cycles(problem, red, cycles, max_cycles, _enumeration_deadline(started, time_limit))
+    enc = Encoding(backend, problem, red, integral_weights=(solver == "cp-sat"))
+    found, complete = enumerate_cycles(problem, red, cycles, max_cycles, enumeration_deadline(started, time_limit))
     encode_cycles(enc, found)
     if warm_start:
         backend.hint(_hint_nodes(enc, warm))

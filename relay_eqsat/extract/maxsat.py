@@ -3,7 +3,7 @@
 Hard clauses: the root clause (some node of each root class), the children
 clauses (w_n -> some node of each child class), and for every class cycle the
 Tseitin-encoded acyclic clauses (1)-(3) of Algorithm 1 — the same clauses that
-ILP-ACyc writes as rows (4)-(6); both are produced by ``ilp._Encoding``.
+ILP-ACyc writes as rows (4)-(6); both are produced by ``ilp.Encoding``.
 Soft clauses: (not w_n) with weight = the node's cost as an integer (see
 ``presolve.integer_weights``: exact for integral costs, otherwise scaled to a
 resolution of max_cost / 1e7 with distinct costs kept distinct and in order;
@@ -28,7 +28,7 @@ import time
 from typing import Iterable
 
 from .cycles import find_cycle_in_choice
-from .ilp import (DEFAULT_MAX_CYCLES, _Encoding, _enumeration_deadline, _start, choice_from_values, encode_cycles,
+from .ilp import (DEFAULT_MAX_CYCLES, Encoding, enumeration_deadline, prepare, choice_from_values, encode_cycles,
                   enumerate_cycles)
 from .problem import ExtractionProblem, Solution
 from .validate import ExtractionError, solution_cost, validate_solution
@@ -130,10 +130,10 @@ def maxsat(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, ti
     """Acyclic WPMaxSAT extraction; see the module docstring."""
     if engine not in ENGINES:
         raise ValueError(f"unknown MaxSAT engine {engine!r}; choose from {ENGINES}")
-    started, roots, red, warm = _start(problem, roots)
+    started, roots, red, warm = prepare(problem, roots)
     cnf = _Clauses()
-    enc = _Encoding(cnf, problem, red, integral_weights=True)
-    found, complete = enumerate_cycles(problem, red, cycles, max_cycles, _enumeration_deadline(started, time_limit))
+    enc = Encoding(cnf, problem, red, integral_weights=True)
+    found, complete = enumerate_cycles(problem, red, cycles, max_cycles, enumeration_deadline(started, time_limit))
     encode_cycles(enc, found)
     encode_time = time.perf_counter() - started
     deadline = None if time_limit is None else started + time_limit

@@ -4,11 +4,12 @@ An e-graph (ours, or one read from egraph-serialize JSON) is flattened into an
 ``ExtractionProblem``: classes 0..C-1, nodes 0..N-1, each node in one class,
 with child classes and a cost. Extractors return a ``Solution``: one chosen
 node per class the roots need. Turning a solution back into a TensorGraph is
-the e-graph's job (``EGraph.build_graph``); extractors never see tensors.
+``egraph_io.build_graph``'s job; extractors never see tensors.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -75,6 +76,14 @@ class ExtractionProblem:
     @property
     def num_classes(self) -> int:
         return len(self.class_nodes)
+
+    def children_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        """``node_children`` in CSR form (int32): node n's are ``flat[start[n]:start[n + 1]]``."""
+        n = self.num_nodes
+        start = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(np.fromiter(map(len, self.node_children), dtype=np.int32, count=n), out=start[1:])
+        flat = np.fromiter(chain.from_iterable(self.node_children), dtype=np.int32, count=int(start[-1]))
+        return start, flat
 
 
 @dataclass

@@ -9,10 +9,12 @@ e-graph, and repeat until saturation, the node limit or the time limit.
 
 The tree search is written against `Environment`, a narrow view of "an
 e-graph plus rules": clone a state, apply one action, tell whether an action's
-source pattern still matches, measure size, and cost a state.
-`EGraphEnvironment` is the real one (an action = one TENSAT rewrite step with
-a single rule, cycle filtering included); `MCTSScheduler` is the `Scheduler`
-the pass uses.
+source pattern still matches, whether a state reached the node limit, measure
+size, and cost a state. `EGraphEnvironment` is the real one (an action = one
+``Runner.step`` with a single rule, cycle filtering included, under the
+runner's limits); `MCTSScheduler` is the `Scheduler` (``mcts``) that plugs the
+outer loop into the ``Runner``: each iteration applies the rule the tree
+search picks.
 """
 from __future__ import annotations
 
@@ -22,6 +24,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Protocol, Sequence
+
+from ..extract import NodeCosts, egraph_problem, get_extractor, ocf_cost
+from ..options import DEFAULTS
+from ..rules import Matcher, Rule
+from .base import SearchReport, StopReason
+from .runner import Runner, Step
+from .scheduler import Scheduler
 
 
 class Environment(Protocol):
@@ -37,6 +46,9 @@ class Environment(Protocol):
     def applicable(self, state: Any, action: int) -> bool:
         """False when the action's source pattern(s) do not occur: it cannot change ``state``."""
 
+    def at_limit(self, state: Any) -> bool:
+        """True when ``state`` reached the node limit: no further rewriting."""
+
     def size(self, state: Any) -> int: ...
 
     def cost(self, state: Any) -> float:
@@ -47,17 +59,17 @@ class Environment(Protocol):
 
 @dataclass
 class MCTSOptions:
-    """Hyperparameters; defaults follow the paper (budget 128, 10 simulation steps, 2,000 e-nodes)."""
+    """Hyperparameters; defaults follow the paper (budget 128, 10 simulation steps) through the
+    options schema. The node and time limits are the runner's ``Limits`` (the paper's node
+    limit: 2,000 e-nodes)."""
 
-    budget: int = 128
-    max_sim_steps: int = 10
-    node_limit: int = 2000
-    time_limit: float = 60.0
+    budget: int = DEFAULTS["budget"]
+    max_sim_steps: int = DEFAULTS["max_sim_steps"]
     exploration: float = 2.0 * math.sqrt(2.0)  # c in v/n + c*sqrt(ln N / n), as in the paper's code
     stop_probability: float = 0.5  # chance to stop descending at a non-root node and expand there
     gamma: float = 1.0  # reward discount per simulation step
     reuse_subtree: bool = True
-    seed: int = 0
+    seed: int = DEFAULTS["seed"]
     max_steps: int | None = None  # cap on rules applied to the real e-graph (None: no cap)
     progress: bool | None = None  # None: a progress bar only when stderr is a terminal
 
@@ -89,33 +101,24 @@ class TreeNode:
         return [c for c in self.children.values() if not c.saturated and c.visits > 0]
 
 
-@dataclass
-class MCTSResult:
-    state: Any
-    stop_reason: str
-    steps: int
-    applied: list[int]
-    initial_cost: float
-    final_cost: float
-    iterations: int
-    time: float
-    history: list[dict]
-
-
 class MCTS:
-    """Algorithm 1: repeated tree searches, each choosing one rule for the real e-graph."""
+    """The tree search of Algorithm 1: grows a tree of rule applications and picks the best first rule.
+
+    ``deadline`` (a ``time.perf_counter()`` value; MCTSScheduler sets the
+    runner's) ends simulations; ``search`` takes its own.
+    """
 
     def __init__(self, env: Environment, options: MCTSOptions | None = None):
         self.env = env
         self.opt = options or MCTSOptions()
         self.rng = random.Random(self.opt.seed)
         self.iterations = 0
-        self._deadline = math.inf  # run() sets it
+        self.deadline = math.inf
 
     # -- tree search ------------------------------------------------------
     def _node(self, state, parent, action) -> TreeNode:
         node = TreeNode(state, parent, action, self.env.cost(state))
-        node.at_limit = self.env.size(state) >= self.opt.node_limit
+        node.at_limit = self.env.at_limit(state)
         self._prune(node)
         return node
 
@@ -187,7 +190,7 @@ class MCTS:
         banned = set(node.blacklist)
         steps = 0
         discount = self.opt.gamma
-        while steps < self.opt.max_sim_steps and time.perf_counter() <= self._deadline:
+        while steps < self.opt.max_sim_steps and time.perf_counter() <= self.deadline:
             choices = [a for a in range(len(self.env.actions)) if a not in banned]
             if not choices:
                 break  # saturated
@@ -201,7 +204,7 @@ class MCTS:
             reward += discount * max(prev - cost, 0.0)
             discount *= self.opt.gamma
             prev = cost
-            if self.env.size(state) >= self.opt.node_limit:
+            if self.env.at_limit(state):
                 break
         return reward
 
@@ -237,83 +240,35 @@ class MCTS:
         # best average value; ties to more visits, then to the lower cost, then the lower rule index
         return max(live, key=lambda c: (c.value / c.visits, c.visits, -c.cost, -c.action))
 
-    # -- outer loop -------------------------------------------------------
-    def run(self, state) -> MCTSResult:
-        """Algorithm 1: grow ``state`` in place, one MCTS-chosen action at a time."""
-        t0 = time.perf_counter()
-        deadline = t0 + self.opt.time_limit
-        self._deadline = deadline
-        if hasattr(self.env, "deadline"):
-            self.env.deadline = deadline  # a rewrite step stops applying matches past it
-        root = self._node(self.env.clone(state), None, None)
-        initial_cost = root.cost
-        applied: list[int] = []
-        history: list[dict] = []
-        stop = "saturated"
-        bar = _progress(self.opt.progress, self.opt.max_steps)
-        while True:
-            if root.at_limit:
-                stop = "node_limit"
-                break
-            if self.opt.max_steps is not None and len(applied) >= self.opt.max_steps:
-                stop = "step_limit"
-                break
-            if time.perf_counter() > deadline:
-                stop = "time_limit"
-                break
-            best = self.search(root, self.opt.budget, deadline)
-            if best is None:
-                stop = "time_limit" if time.perf_counter() > deadline and self._expandable(root) else "saturated"
-                break
-            # the real e-graph takes the chosen rule (the same deterministic step the tree took)
-            self.env.apply(state, best.action)
-            applied.append(best.action)
-            history.append({"rule": best.action, "value": best.value / best.visits,
-                            "visits": best.visits, "size": self.env.size(state),
-                            "cost": best.cost, "time": time.perf_counter() - t0})
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(size=self.env.size(state), cost=f"{best.cost:.4g}")
-            if self.opt.reuse_subtree and self.env.fingerprint(best.state) == self.env.fingerprint(state):
-                best.parent = None
-                best.action = None
-                best.saturated = best.exhausted = False
-                self._prune(best)
-                root = best
-            else:
-                root = self._node(self.env.clone(state), None, None)
-        if bar is not None:
-            bar.close()
-        return MCTSResult(state, stop, len(applied), applied, initial_cost, root.cost,
-                          self.iterations, time.perf_counter() - t0, history)
-
 
 class EGraphEnvironment:
-    """MCTS over an e-graph: an action applies one rule as one TENSAT rewrite step.
+    """MCTS over an e-graph: an action applies one rule as one ``Runner.step``.
 
-    ``node_cost`` is the e-graph's cost callable (see ``EGraph.to_problem``);
+    ``node_cost`` is the e-graph's cost callable (see ``extract.egraph_problem``);
     rewards come from ``extractor`` (default: the sharing-aware greedy "OCF"),
     cached by e-graph fingerprint. The OCF greedy runs directly on the
-    e-graph's arrays (``EGraph.ocf_cost``, same result as ``greedy_ocf`` on
-    ``to_problem``), with node costs remembered per node across clones; any
-    other extractor goes through ``to_problem``.
+    e-graph's arrays (``extract.ocf_cost``, the same kernel as ``greedy_ocf``
+    on ``egraph_problem``), with node costs memoized per node signature
+    (``NodeCosts``) across clones; any other extractor goes through
+    ``egraph_problem``.
+
+    Steps run under ``runner`` (its limits and clock; default: a new
+    ``Runner(limits)``, ``limits`` being unused when ``runner`` is given);
+    ``matcher``: the rules' compiled ``Matcher``.
     """
 
-    def __init__(self, rules: Sequence[Any], root: int, node_cost, limits=None, extractor=None):
-        from ..extract import get_extractor
-        from ..rules import Matcher
-        from .base import Limits, SearchReport
-
+    def __init__(self, rules: Sequence[Rule], root: int, node_cost, limits=None, extractor=None,
+                 runner: Runner | None = None, matcher: Matcher | None = None):
         self.actions = list(rules)
         self.root = root
         self.node_cost = node_cost
-        self.limits = limits or Limits(node_limit=2000)
+        self.runner = runner or Runner(limits)
+        self.limits = self.runner.limits
         self.extractor = extractor or get_extractor("greedy-ocf")
-        self.matcher = Matcher(self.actions)
-        self.scratch = SearchReport()  # statistics of every step, simulations included
-        self.deadline = math.inf  # set by MCTS.run: steps stop applying matches past it
+        self.matcher = matcher or Matcher(self.actions)
+        self.scratch = SearchReport()  # statistics of the tree's steps (expansions and simulations)
         self._costs: dict = {}
-        self._node_costs: dict = {}  # (op, attrs, child types, const) -> cost, for ocf_cost
+        self._node_costs = NodeCosts(node_cost)  # node costs memoized per node signature, for every state
         self._fast_ocf = self.extractor.name == "greedy-ocf" and not getattr(self.extractor, "options", None)
         self.extractions = 0
         self.cache_hits = 0
@@ -322,15 +277,14 @@ class EGraphEnvironment:
         return g.copy()
 
     def apply(self, g, action: int) -> bool:
-        from .tensat import rewrite_step
-
-        g.iteration += 1
-        rule = self.actions[action]
-        return rewrite_step(g, self.matcher, [rule], self.limits, self.deadline, self.scratch).changed
+        return self.runner.step(g, self.matcher, [self.actions[action]], self.scratch).changed
 
     def applicable(self, g, action: int) -> bool:
         m = self.matcher
         return all(g.search(m.programs[k], 1) for k in m.rule_keys[self.actions[action].name])
+
+    def at_limit(self, g) -> bool:
+        return self.limits.exceeded(g) is not None
 
     def size(self, g) -> int:
         return g.num_nodes
@@ -343,9 +297,9 @@ class EGraphEnvironment:
         c = self._costs.get(fp)
         if c is None:
             if self._fast_ocf:
-                c = g.ocf_cost(self.node_cost, self._node_costs, self.root)
+                c = ocf_cost(g, self._node_costs, self.root)
             else:
-                problem = g.to_problem(self.node_cost, [self.root])
+                problem = egraph_problem(g, self._node_costs, [self.root])
                 c = self.extractor.solve(problem).cost
             self._costs[fp] = c
             self.extractions += 1
@@ -354,46 +308,100 @@ class EGraphEnvironment:
         return c
 
 
-class MCTSScheduler:
-    """`Scheduler` (see ``search/base.py``) choosing each rule by MCTS; needs a cost."""
+@dataclass
+class _Search:
+    """One MCTSScheduler run's state: the tree search, its current root and what was applied."""
+
+    env: EGraphEnvironment
+    mcts: MCTS
+    tree: TreeNode
+    initial_cost: float
+    bar: Any
+    best: TreeNode | None = None
+    applied: list[int] = field(default_factory=list)
+    history: list[dict] = field(default_factory=list)
+
+
+class MCTSScheduler(Scheduler):
+    """Each iteration applies the rule MCTS picks (Algorithm 1's outer loop); needs a cost.
+
+    Not bounded by ``Limits.iter_limit``: ``MCTSOptions.max_steps`` caps the
+    rules applied ("step_limit"). ``root``: the class the search optimizes
+    (default: ``egraph.root``). The report's ``fired`` counts the times each
+    rule was chosen; ``info`` holds mcts_iterations, initial_cost, final_cost,
+    extractions, cache_hits, applied (rule names) and history.
+    """
 
     name = "mcts"
+    iteration_limited = False
 
-    def __init__(self, options: MCTSOptions | None = None, extractor=None, root: int | None = None):
+    def __init__(self, options: MCTSOptions | None = None, extractor=None, root: int | None = None,
+                 matcher_cache: dict | None = None):
+        super().__init__(matcher_cache)
         self.options = options or MCTSOptions()
         self.extractor = extractor
         self.root = root
+        self._search: _Search | None = None
 
-    def run(self, egraph, rules, limits=None, cost=None):
-        from dataclasses import replace
+    @classmethod
+    def from_options(cls, options: Any = None, root: int | None = None) -> "MCTSScheduler":
+        if options is None:
+            return cls(root=root)
+        mopts = MCTSOptions(budget=options.budget, max_sim_steps=options.max_sim_steps, seed=options.seed)
+        return cls(mopts, extractor=get_extractor(options.extractor), root=root)
 
-        from .base import Limits, SearchReport
-
+    def start(self, runner: Runner, egraph, rules: list[Rule], cost) -> None:
         if cost is None:
             raise ValueError("MCTS needs a cost (the e-graph node_cost callable) to score rewrites")
-        limits = limits or Limits(node_limit=self.options.node_limit)
-        opt = replace(self.options, node_limit=limits.node_limit,
-                      time_limit=min(self.options.time_limit, limits.time_limit))
         root = self.root if self.root is not None else getattr(egraph, "root", None)
         if root is None:
             raise ValueError("MCTSScheduler needs the root class (pass root=, or set egraph.root)")
-        egraph.rebuild()
-        rep = SearchReport(fired={r.name: 0 for r in rules})
-        rep.nodes_before, rep.classes_before = egraph.num_nodes, egraph.num_classes
-        env = EGraphEnvironment(rules, root, cost, limits, self.extractor)
-        result = MCTS(env, opt).run(egraph)
-        for a in result.applied:
-            rep.fired[env.actions[a].name] += 1
-        rep.stop_reason = result.stop_reason
-        rep.iterations = result.steps
-        rep.nodes_after, rep.classes_after = egraph.num_nodes, egraph.num_classes
-        rep.total_time = result.time
-        rep.sizes = [(0, h["size"]) for h in result.history]
-        rep.info.update(mcts_iterations=result.iterations, initial_cost=result.initial_cost,
-                        final_cost=result.final_cost, extractions=env.extractions,
-                        cache_hits=env.cache_hits, applied=[env.actions[a].name for a in result.applied],
-                        history=result.history)
-        return rep
+        env = EGraphEnvironment(rules, root, cost, extractor=self.extractor, runner=runner,
+                                matcher=self.matcher(rules))
+        mcts = MCTS(env, self.options)
+        mcts.deadline = runner.deadline
+        tree = mcts._node(env.clone(egraph), None, None)
+        self._search = _Search(env, mcts, tree, tree.cost, _progress(self.options.progress, self.options.max_steps))
+
+    def next_rules(self, runner: Runner, egraph, rules: list[Rule], iteration: int) -> list[Rule] | str:
+        s = self._search
+        if self.options.max_steps is not None and len(s.applied) >= self.options.max_steps:
+            return StopReason.STEP_LIMIT
+        s.best = s.mcts.search(s.tree, self.options.budget, runner.deadline)
+        if s.best is None:
+            out_of_time = runner.exceeded() == StopReason.TIME_LIMIT
+            return StopReason.TIME_LIMIT if out_of_time and s.mcts._expandable(s.tree) else StopReason.SATURATED
+        # the real e-graph takes the chosen rule (the same deterministic step the tree took)
+        return [rules[s.best.action]]
+
+    def after_step(self, runner: Runner, egraph, step: Step, report) -> None:
+        s, best, env = self._search, self._search.best, self._search.env
+        report.fired[env.actions[best.action].name] += 1
+        s.applied.append(best.action)
+        s.history.append({"rule": best.action, "value": best.value / best.visits,
+                          "visits": best.visits, "size": env.size(egraph),
+                          "cost": best.cost, "time": time.perf_counter() - runner.start})
+        if s.bar is not None:
+            s.bar.update(1)
+            s.bar.set_postfix(size=env.size(egraph), cost=f"{best.cost:.4g}")
+        if self.options.reuse_subtree and env.fingerprint(best.state) == env.fingerprint(egraph):
+            best.parent = None
+            best.action = None
+            best.saturated = best.exhausted = False
+            s.mcts._prune(best)
+            s.tree = best
+        else:
+            s.tree = s.mcts._node(env.clone(egraph), None, None)
+        return None  # the limits are checked before the next search; saturation is the search's to find
+
+    def finish(self, runner: Runner, egraph, report) -> None:
+        s, self._search = self._search, None
+        if s.bar is not None:
+            s.bar.close()
+        report.info.update(mcts_iterations=s.mcts.iterations, initial_cost=s.initial_cost,
+                           final_cost=s.tree.cost, extractions=s.env.extractions,
+                           cache_hits=s.env.cache_hits, applied=[s.env.actions[a].name for a in s.applied],
+                           history=s.history)
 
 
 def _progress(enabled: bool | None, total: int | None):

@@ -11,14 +11,31 @@ model whole and fits the fusion weights of the node cost to those runtimes
 existing model (the user's, else the shipped one) without measuring or
 training, and ``--whole-times FILE`` takes the whole-model runtimes from a
 benchmark's JSON (``bench/end_to_end.py``: opt_level 3 medians;
-``bench/cost_accuracy.py``: measured) instead of timing the models again. ``register(subparsers)`` adds the subcommand to the
-``relay-eqsat`` parser; its handler is ``run(args) -> exit status``.
+``bench/cost_accuracy.py``: measured) instead of timing the models again.
+``register(subparsers)`` adds the subcommand to the ``relay-eqsat`` parser; its
+handler is ``run(args) -> exit status``. The kernels are measured in the
+``Measurer``'s worker process (:mod:`relay_eqsat.passes.measure_worker`).
 """
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
 import sys
 from pathlib import Path
+
+from relay_eqsat.cost.base import CostModel, fit_fusion
+from relay_eqsat.cost.cache import CostCache, shipped_table_path
+from relay_eqsat.cost.instance import instances_from_egraph, instances_from_graph, unique
+from relay_eqsat.cost import learned
+from relay_eqsat.cost.learned import LearnedCostModel, default_model_path, load_model, model_dir, model_filename
+from relay_eqsat.cost.measure import BackendUnavailable, MeasureConfig, Measurer
+from relay_eqsat.egraph import EGraph
+from relay_eqsat.rules import load_rules
+from relay_eqsat.search.tensat import run_tensat
+
+from . import zoo
+from .relay import from_relay
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -63,9 +80,6 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def _load_graph(spec: str, small: bool):
     """A model spec (``zoo:NAME``) as a TensorGraph (weights bound as constants)."""
-    from relay_eqsat.passes import zoo
-    from relay_eqsat.passes.relay import from_relay
-
     if not spec.startswith("zoo:"):
         raise SystemExit(f"relay-eqsat measure: unsupported model {spec!r} (use zoo:NAME; "
                          f"known: {', '.join(zoo.MODELS)})")
@@ -75,12 +89,6 @@ def _load_graph(spec: str, small: bool):
 
 def _rewritten_instances(graphs, node_limit: int):
     """Kernel instances of every e-node of each graph's saturated e-graph."""
-    from relay_eqsat.egraph import EGraph
-    from relay_eqsat.rules import load_rules
-    from relay_eqsat.search.tensat import run_tensat
-
-    from .instance import instances_from_egraph
-
     rules = load_rules()
     out = []
     for spec, g in graphs.items():
@@ -98,8 +106,6 @@ def read_whole_times(path: str, small: bool) -> dict[str, tuple[float, bool]]:
     opt_level 3 medians; cost_accuracy.json: the measured runtimes), each at
     the size its row was run at, or from a plain {"zoo:NAME": seconds} mapping
     (taken to be at size ``small``)."""
-    import json
-
     with open(path) as f:
         data = json.load(f)
     if isinstance(data, dict) and "rows" in data:
@@ -113,12 +119,6 @@ def read_whole_times(path: str, small: bool) -> dict[str, tuple[float, bool]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .base import CostModel
-    from .cache import CostCache
-    from .instance import instances_from_graph, unique
-    from .learned import LearnedCostModel
-    from .measure import BackendUnavailable, MeasureConfig, Measurer
-
     cache = CostCache(args.db)
     config = MeasureConfig(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, timeout_s=args.timeout)
     try:
@@ -178,8 +178,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _fit_into(model, cm, graphs: dict, whole: dict) -> None:
     """Fit the fusion weights of ``cm`` to the whole-model times and store them in ``model``'s metadata."""
-    from .base import fit_fusion
-
     used = {s: t for s, t in whole.items() if s in graphs}
     missing = sorted(set(graphs) - set(used))
     if missing:
@@ -198,9 +196,6 @@ def _fit_into(model, cm, graphs: dict, whole: dict) -> None:
 
 def refit_only(args, measurer, cache, specs) -> int:
     """``--fit-only``: the existing model's fusion weights refitted, nothing measured or trained."""
-    from .base import CostModel
-    from .learned import load_model
-
     model = load_model(measurer.target, measurer.backend)
     if model is None:
         print(f"relay-eqsat measure: no learned model for {measurer.target} to refit", file=sys.stderr)
@@ -230,16 +225,10 @@ def refit_only(args, measurer, cache, specs) -> int:
 
 
 def _save(model, args, backend: str, target: str, cache) -> int:
-    import gzip
-    import json
-
-    from .cache import shipped_table_path
-    from .learned import SHIPPED_DIR, default_model_path, model_dir, model_filename
-
     if args.ship or args.ship_default:
         # the package's model and measurements for this very target (CPU)
         model.meta["shipped"] = True
-        out = SHIPPED_DIR / model_filename(target, backend)
+        out = learned.SHIPPED_DIR / model_filename(target, backend)  # read at call time: tests redirect it
         table = cache.export_rows(target, backend)
         if table["rows"]:
             path = shipped_table_path(target, backend)

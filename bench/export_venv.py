@@ -1,0 +1,95 @@
+"""The export venv (Python 3.11: torch, torchvision, transformers, onnxruntime) that
+``bench/export_onnx.py`` runs in: created when missing; models exported to ONNX (cached) and
+run by onnxruntime there, the reference of ``bench/real_models.py``."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Mapping
+
+import tables
+
+BENCH_DIR = Path(__file__).resolve().parent
+EXPORT_VENV = BENCH_DIR.parent / ".venv-export"
+EXPORT_SCRIPT = BENCH_DIR / "export_onnx.py"
+EXPORT_PACKAGES = ["torch==2.14.*", "torchvision==0.29.*", "transformers>=5,<6", "onnx", "onnxruntime",
+                   "onnxscript"]
+EXPORT_IMPORTS = "import torch, torchvision, transformers, onnx, onnxruntime, onnxscript"
+
+
+def find_python311() -> str | None:
+    """A Python 3.11 interpreter, looked for where the Makefile looks for 3.10."""
+    candidates = ["python3.11", *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.11*/bin/python3.11"))),
+                  "/usr/local/bin/python3.11", "/usr/bin/python3.11"]
+    for p in candidates:
+        try:
+            ok = subprocess.run([p, "-c", "import sys; assert sys.version_info[:2] == (3, 11)"],
+                                capture_output=True, timeout=60).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if ok:
+            return p
+    return None
+
+
+def _tail(text: str, lines: int = 5) -> str:
+    return " | ".join(ln.strip() for ln in text.strip().splitlines()[-lines:] if ln.strip())
+
+
+def ensure_export_venv(venv: Path = EXPORT_VENV) -> Path:
+    """The export venv's python, creating the venv and installing its packages when missing."""
+    py = venv / "bin" / "python"
+    if py.exists() and subprocess.run([str(py), "-c", EXPORT_IMPORTS], capture_output=True).returncode == 0:
+        return py
+    if not py.exists():
+        base = find_python311()
+        if base is None:
+            raise RuntimeError("python3.11 not found: the export venv (torch, torchvision, transformers) needs it")
+        print(f"creating {venv} with {base}", flush=True)
+        subprocess.run([base, "-m", "venv", str(venv)], check=True)
+    print(f"installing {' '.join(EXPORT_PACKAGES)} into {venv} (once)", flush=True)
+    subprocess.run([str(py), "-m", "pip", "install", *EXPORT_PACKAGES], check=True)
+    return py
+
+
+def _run_helper(py: Path, *args: str, timeout: float = 3600) -> str:
+    proc = subprocess.run([str(py), str(EXPORT_SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"export_onnx.py {args[0]} failed: {_tail(proc.stderr or proc.stdout)}")
+    return proc.stdout
+
+
+def export_model(py: Path, name: str, models_dir: Path) -> tuple[Path, dict]:
+    """The model's ONNX file and its metadata, exporting it when not cached."""
+    path = models_dir / f"{name}.onnx"
+    meta = path.with_suffix(".json")
+    if not (path.exists() and meta.exists()):
+        print(f"{name}: exporting to {path}", flush=True)
+        _run_helper(py, "export", name, str(path))
+    return path, json.loads(meta.read_text())
+
+
+def run_ort(py: Path, onnx_path: Path, inputs: Mapping, workdir: Path, args) -> tuple[list, dict]:
+    """onnxruntime's outputs on ``inputs`` and its timing (median seconds and samples)."""
+    import numpy as np
+
+    stem = workdir / onnx_path.stem
+    np.savez(f"{stem}_in.npz", **inputs)
+    _run_helper(py, "ort", str(onnx_path), f"{stem}_in.npz", f"{stem}_out.npz", f"{stem}_ort.json",
+                "--threads", str(args.threads), "--rounds", str(args.rounds),
+                "--min-repeat-ms", str(args.min_repeat_ms))
+    with np.load(f"{stem}_out.npz") as z:
+        outputs = [z[f"output_{k}"] for k in range(len(z.files))]
+    return outputs, json.loads(Path(f"{stem}_ort.json").read_text())
+
+
+def export_versions(py: Path | None) -> dict | None:
+    if py is None:
+        return None
+    try:
+        return json.loads(_run_helper(py, "versions", timeout=300))
+    except Exception as e:  # noqa: BLE001 - versions are informative only
+        return {"error": tables.error_text(e)}

@@ -1,0 +1,145 @@
+"""One operator instance built and timed alone: the kernels a ``Measurer``'s worker measures.
+
+- ``tvm-llvm`` / ``tvm-cuda``: the op as a one-op Relay function (:func:`relay_function`),
+  built by :func:`~relay_eqsat.passes.runtime.build` and timed by
+  :func:`~relay_eqsat.passes.runtime.time_module`, less its activation layout transforms.
+- ``torch-cuda``: the equivalent PyTorch op, timed with CUDA events.
+
+Also whole zoo models timed the same way (:func:`time_zoo_model`). Runs in the worker
+process (:mod:`relay_eqsat.passes.measure_worker`).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+import tvm
+
+from relay_eqsat import ops
+from relay_eqsat.cost.instance import OpInstance
+from relay_eqsat.cost.measure import BackendUnavailable, MeasureConfig
+from relay_eqsat.graph import TensorGraph
+
+from . import zoo
+from .relay import to_relay
+from .runtime import build, executor, layout_transform_seconds, set_inputs, time_module
+from .torch_ops import torch_closure
+
+def _input_array(t, rng):
+    """Random input values: positive floats (no NaN, no denormals), small ints."""
+    if np.issubdtype(np.dtype(t.dtype), np.integer):
+        return rng.integers(0, 4, size=t.shape).astype(t.dtype)
+    if np.dtype(t.dtype) == np.bool_:
+        return rng.integers(0, 2, size=t.shape).astype(bool)
+    return rng.uniform(0.5, 1.5, size=t.shape).astype(t.dtype)
+
+
+def relay_function(inst: OpInstance, seed: int = 0):
+    """(relay.Function, params, runtime inputs) computing ``inst`` alone.
+
+    A one-op TensorGraph goes through the project's one Relay backend
+    (:func:`~relay_eqsat.passes.relay.to_relay`). Every operand is a parameter:
+    weight slots are returned in ``params`` (bound at build time), the others
+    in the runtime inputs. For batch_norm only field 0 is returned, as in
+    inference, so SimplifyInference turns it into a scale and shift.
+    """
+    rng = np.random.default_rng(seed)
+    weights = ops.get(inst.op).weight_slots
+    g = TensorGraph()
+    ids, params, inputs = [], {}, {}
+    for i, t in enumerate(inst.input_types):
+        name = f"p{i}" if i in weights else f"x{i}"
+        ids.append(g.var(name, t.shape, t.dtype))
+        (params if i in weights else inputs)[name] = _input_array(t, rng)
+    out = g.add(inst.op, ids, inst.attrs, type=inst.out_type)
+    if inst.op == "nn.batch_norm":
+        out = g.add("tuple_get_item", [out], {"index": 0})
+    g.set_output(out)
+    return to_relay(g), params, inputs
+
+
+class TVMRunner:
+    """Times op instances with TVM for one target: build, run, time, less the activation
+    layout transforms AlterOpLayout wraps around x86 convolutions (in a model they cancel
+    between consecutive convolutions, so they are not the kernel's cost)."""
+
+    def __init__(self, target: str, config: MeasureConfig):
+        self.target = target
+        self.config = config
+
+    def __call__(self, inst: OpInstance) -> tuple[float, int]:
+        cfg = self.config
+        func, params, inputs = relay_function(inst)
+        lib = build(func, params={k: tvm.nd.array(v) for k, v in params.items()}, target=self.target,
+                    opt_level=cfg.opt_level)
+        dev = tvm.device(tvm.target.Target(self.target).kind.name, 0)
+        m = executor(lib, dev)
+        set_inputs(m, inputs)
+        seconds, repeats = time_module(m, dev, cfg.repeat, cfg.number, cfg.min_repeat_ms, cfg.warmup)
+        layout = layout_transform_seconds(lib, dev, inputs, cfg.repeat, cfg.min_repeat_ms)
+        return max(seconds - layout, seconds * 0.05), repeats
+
+
+class TorchRunner:
+    """Times op instances as their PyTorch equivalents on the CUDA GPU (CUDA events)."""
+
+    def __init__(self, config: MeasureConfig):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise BackendUnavailable("torch-cuda: PyTorch sees no CUDA GPU")
+        torch.backends.cudnn.benchmark = True
+        self.torch = torch
+        self.config = config
+
+    def __call__(self, inst: OpInstance) -> tuple[float, int]:
+        torch = self.torch
+        dev = torch.device("cuda")
+        with torch.no_grad():
+            fn = torch_closure(torch, inst, dev)
+            for _ in range(self.config.warmup + 3):  # cudnn.benchmark picks its algorithm here
+                fn()
+            torch.cuda.synchronize()
+            number = self.config.number
+            if not number:  # enough runs that one timing lasts min_repeat_ms
+                number = 1
+                while True:
+                    t = time.perf_counter()
+                    for _ in range(number):
+                        fn()
+                    torch.cuda.synchronize()
+                    if (time.perf_counter() - t) * 1e3 >= self.config.min_repeat_ms or number >= 1 << 20:
+                        break
+                    number *= 2
+            results = []
+            for _ in range(self.config.repeat):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(number):
+                    fn()
+                end.record()
+                end.synchronize()
+                results.append(start.elapsed_time(end) / 1e3 / number)
+        return statistics.median(results), len(results)
+
+
+def make_runner(target: str, backend: str, config: MeasureConfig):
+    """The callable ``inst -> (seconds, timings)`` of ``backend``."""
+    if backend in ("tvm-llvm", "tvm-cuda"):
+        return TVMRunner(target, config)
+    if backend == "torch-cuda":
+        return TorchRunner(config)
+    raise BackendUnavailable(f"unknown backend {backend!r}")
+
+
+def time_zoo_model(name: str, small: bool, target: str, config: MeasureConfig) -> tuple[float, int]:
+    """Build a whole zoo model with TVM (weights bound) and time one inference."""
+    mod, params = zoo.get(name, small=small)
+    lib = build(mod, params=params, target=target, opt_level=config.opt_level)
+    dev = tvm.device(tvm.target.Target(target).kind.name, 0)
+    m = executor(lib, dev)
+    rng = np.random.default_rng(0)
+    for k, shape in zoo.input_shapes(name, small=small).items():
+        m.set_input(k, rng.uniform(0.5, 1.5, size=shape).astype("float32"))
+    return time_module(m, dev, config.repeat, config.number, config.min_repeat_ms, config.warmup)

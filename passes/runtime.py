@@ -1,0 +1,223 @@
+"""Building, running, timing and comparing Relay programs: the project's one implementation.
+
+The pass's runtime check, the measuring worker (:mod:`relay_eqsat.passes.kernels`) and
+the benchmarks all build with :func:`build`, time with :func:`timer` and what is made of
+it (:func:`time_rounds`, :func:`time_module`, :func:`measure`), and compare outputs with
+:func:`output_error`. Builds default to :func:`~relay_eqsat.passes.target.host_target`
+(this TVM's plain ``llvm`` is riscv64).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import tvm
+from tvm import relay
+from tvm.contrib import graph_executor
+
+from .target import host_target
+
+
+def _as_module(mod) -> tvm.IRModule:
+    if isinstance(mod, relay.Function):
+        return tvm.IRModule.from_expr(mod)
+    return mod
+
+
+def build(mod, params: Mapping | None = None, target: str | None = None, opt_level: int = 3,
+          sequence: Sequence = ()):
+    """Compile a Relay module (or function) with ``relay.build`` for ``target``
+    (default: :func:`host_target`), running the passes ``sequence`` first inside the same
+    PassContext. Returns the graph executor factory."""
+    with tvm.transform.PassContext(opt_level=opt_level):
+        mod = _as_module(mod)
+        if sequence:
+            mod = tvm.transform.Sequential(list(sequence))(mod)
+        return relay.build(mod, target=target or host_target(), params=params)
+
+
+def executor(lib, dev=None) -> graph_executor.GraphModule:
+    """A graph executor on ``dev`` (default: the CPU) for a factory from :func:`build`
+    (a GraphModule is returned as it is)."""
+    if isinstance(lib, graph_executor.GraphModule):
+        return lib
+    return graph_executor.GraphModule(lib["default"](dev if dev is not None else tvm.cpu(0)))
+
+
+def set_inputs(m: graph_executor.GraphModule, inputs: Mapping[str, np.ndarray]) -> None:
+    """Set the named inputs of a graph executor."""
+    for name, value in inputs.items():
+        m.set_input(name, value)
+
+
+def run(lib, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """Run a built module (factory from :func:`build`, or a GraphModule) on
+    named inputs; returns every output as a numpy array, in order."""
+    m = executor(lib)
+    set_inputs(m, inputs)
+    m.run()
+    return [m.get_output(i).numpy() for i in range(m.get_num_outputs())]
+
+
+def random_inputs(types: Mapping[str, tuple[Sequence[int], str]], seed: int = 0) -> dict[str, np.ndarray]:
+    """Random arrays for ``{name: (shape, dtype)}``: standard normal floats,
+    integers in [0, 4)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, (shape, dtype) in types.items():
+        if np.issubdtype(np.dtype(dtype), np.integer):
+            out[name] = rng.integers(0, 4, size=tuple(shape)).astype(dtype)
+        elif np.dtype(dtype) == np.bool_:
+            out[name] = rng.integers(0, 2, size=tuple(shape)).astype(bool)
+        else:
+            out[name] = rng.standard_normal(tuple(shape)).astype(dtype)
+    return out
+
+
+def build_and_run(mod, inputs: Mapping[str, np.ndarray], target: str | None = None, opt_level: int = 3,
+                  sequence: Sequence = ()):
+    """:func:`build` ``mod`` for ``target`` (default: the host) and run it once on
+    ``inputs``; returns (GraphModule, outputs, build seconds)."""
+    t0 = time.perf_counter()
+    lib = build(mod, target=target, opt_level=opt_level, sequence=sequence)
+    build_seconds = time.perf_counter() - t0
+    m = executor(lib)
+    return m, run(m, inputs), build_seconds
+
+
+# -- timing -------------------------------------------------------------------------------
+
+def timer(m: graph_executor.GraphModule, number: int = 1, repeat: int = 1, min_repeat_ms: int = 0,
+          dev=None) -> Callable[[], list[float]]:
+    """A zero-argument timer of ``m.run()`` on ``dev`` (default: the CPU) returning ``repeat``
+    timings in seconds, each averaging ``number`` runs (or as many as fill ``min_repeat_ms``);
+    TVM's ``time_evaluator`` does one untimed run first."""
+    f = m.module.time_evaluator("run", dev if dev is not None else tvm.cpu(0), number=number,
+                                repeat=repeat, min_repeat_ms=min_repeat_ms)
+    return lambda: [float(r) for r in f().results]
+
+
+def measure(mod, params: Mapping | None, inputs: Mapping[str, np.ndarray],
+            number: int = 10, repeat: int = 3, target: str | None = None) -> float:
+    """Median wall time in seconds of one inference of ``mod`` (built at
+    opt_level 3), from ``repeat`` timings each averaging ``number`` runs."""
+    m = executor(build(mod, params=params, target=target))
+    set_inputs(m, inputs)
+    return float(statistics.median(timer(m, number, repeat)()))
+
+
+def time_module(m: graph_executor.GraphModule, dev=None, repeat: int = 7, number: int = 0,
+                min_repeat_ms: float = 20.0, warmup: int = 2) -> tuple[float, int]:
+    """(median seconds of ``m.run()``, timings taken): ``warmup`` untimed runs, then ``repeat``
+    timings of ``number`` runs each, or (``number`` 0) of as many as last ``min_repeat_ms``.
+    Non-finite timings raise RuntimeError."""
+    dev = dev if dev is not None else tvm.cpu(0)
+    for _ in range(warmup):
+        m.run()
+    dev.sync()
+    results = timer(m, max(1, number), repeat, 0 if number else max(1, int(round(min_repeat_ms))), dev)()
+    if not all(np.isfinite(results)):
+        raise RuntimeError(f"non-finite timings {results}")
+    return statistics.median(results), len(results)
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence file descriptor 2 (the debug executor logs every iteration from C++)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def layout_transform_seconds(lib, dev, inputs: Mapping[str, np.ndarray], repeat: int = 7,
+                             min_repeat_ms: float = 20.0) -> float:
+    """Seconds a run of the built ``lib`` spends in its ``layout_transform`` kernels, from the
+    debug executor's per-node medians (``repeat`` timings, each at least a quarter of
+    ``min_repeat_ms``); 0 when it has none."""
+    from tvm.contrib.debugger import debug_executor
+
+    graph_json = lib.get_graph_json()
+    nodes = json.loads(graph_json)["nodes"]
+    if not any(n["op"] == "tvm_op" and "layout_transform" in n["attrs"]["func_name"] for n in nodes):
+        return 0.0
+    with tempfile.TemporaryDirectory(prefix="relay-eqsat-debug-") as dump, _quiet_stderr():
+        m = debug_executor.create(graph_json, lib.get_lib(), dev, dump_root=dump)
+        m.set_input(**lib.get_params())
+        set_inputs(m, inputs)
+        per_node = m.run_individual(10, repeat=repeat, min_repeat_ms=max(1, int(round(min_repeat_ms / 4))))
+    total = 0.0
+    for n, times in zip(nodes, per_node):
+        if n["op"] == "tvm_op" and "layout_transform" in n["attrs"]["func_name"] and len(times):
+            total += float(np.median(times))
+    return total
+
+
+# -- comparing programs -------------------------------------------------------------------
+
+def time_rounds(modules: Sequence[graph_executor.GraphModule], number: int = 0, repeat: int = 10,
+                min_repeat_ms: int = 0) -> list[list[float]]:
+    """Seconds per run of each graph executor module, one sample per round:
+    the timings alternate between the modules (``repeat`` rounds; each timing
+    averages ``number`` runs, or as many as fill ``min_repeat_ms``), so load
+    from other processes affects all of them alike (the order rotates from
+    round to round, so none is always timed first), and sample ``k`` of one
+    module can be paired with sample ``k`` of another."""
+    timers = [timer(m, max(1, number), 1, min_repeat_ms) for m in modules]
+    for t in timers:  # warm up
+        t()
+    samples: list[list[float]] = [[] for _ in modules]
+    n = len(timers)
+    for r in range(repeat):
+        for k in [(r + j) % n for j in range(n)]:
+            samples[k].append(timers[k]()[0])
+    return samples
+
+
+def paired_ratio(before: Sequence[float], after: Sequence[float]) -> tuple[float, int]:
+    """(median of the per-round ratios after / before, rounds in which ``after`` was faster)
+    of two modules' :func:`time_rounds` samples."""
+    ratio = float(statistics.median(a / b for a, b in zip(after, before)))
+    return ratio, sum(a < b for a, b in zip(after, before))
+
+
+def time_interleaved(modules: Sequence[graph_executor.GraphModule], number: int = 0, repeat: int = 10,
+                     min_repeat_ms: int = 0) -> list[float]:
+    """Median seconds per run of each module, timed by :func:`time_rounds`."""
+    return [float(statistics.median(s)) for s in time_rounds(modules, number, repeat, min_repeat_ms)]
+
+
+def output_error(ref: Sequence[np.ndarray], got: Sequence[np.ndarray]) -> tuple[float, str | None]:
+    """(largest ``max|a-b| / max(1, max|a|)`` over the outputs, why it is
+    infinite or None): inf when the outputs differ in count, shape or dtype,
+    or one has inf/nan where the other has not."""
+    if len(ref) != len(got):
+        return float("inf"), f"{len(ref)} outputs before, {len(got)} after"
+    worst = 0.0
+    for k, (r, g) in enumerate(zip(ref, got)):
+        if r.shape != g.shape or r.dtype != g.dtype:
+            return float("inf"), (f"output {k}: {r.dtype}{list(r.shape)} before, "
+                                  f"{g.dtype}{list(g.shape)} after")
+        if r.size == 0:
+            continue
+        rf, gf = r.astype(np.float64), g.astype(np.float64)
+        finite = np.isfinite(rf) & np.isfinite(gf)
+        same = (rf == gf) | (np.isnan(rf) & np.isnan(gf))
+        if not np.all(same | finite):
+            return float("inf"), f"output {k}: inf/nan in one program and not the other"
+        if finite.any():
+            scale = max(1.0, float(np.abs(rf[finite]).max()))
+            worst = max(worst, float(np.abs(rf - gf)[finite].max()) / scale)
+    return worst, None

@@ -1,0 +1,195 @@
+"""The rule object: a named rewrite rule's patterns, templates, preconditions and examples.
+
+Built by ``relay_eqsat.rules.files`` (rule files) or ``relay_eqsat.rules.tensat_format``.
+Matching (``matching``) and application (``application``) read the layouts it
+computes once: canonical patterns, the variables each target needs, and the
+flat-match layout of ``apply_search_matches``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .. import ops
+from ..egraph import attrs_of, value_of
+from ..graph import Attrs
+from .language import ExprContext, RuleSyntaxError
+from .patterns import Template, canonical_pattern, template_vars
+
+
+@dataclass
+class Rule:
+    """A named rewrite rule with one or more source/target pairs."""
+
+    name: str
+    lhs: list                       # Program trees (original variable names)
+    rhs: list[Template]
+    lets: list[tuple[str, Template]] = field(default_factory=list)
+    where: list[tuple[str, Callable]] = field(default_factory=list)
+    examples: list[dict] = field(default_factory=list)
+    kinds: dict = field(default_factory=dict)
+    source: str = ""
+    lhs_text: list[str] = field(default_factory=list)
+    origin: str = ""                # "file:line" of its ``rule`` line (error messages)
+    avoid: tuple[str, ...] = ()     # device kinds the rule is not used for ("cpu", "gpu"): ``avoid`` clause
+
+    def __post_init__(self):
+        if len(self.lhs) != len(self.rhs):
+            raise RuleSyntaxError(f"rule {self.name}: {len(self.lhs)} source patterns but {len(self.rhs)} targets")
+        if not self.lhs:
+            raise RuleSyntaxError(f"rule {self.name}: no source pattern")
+        for t in self.lhs:
+            if t[0] == "var":
+                raise RuleSyntaxError(f"rule {self.name}: a source pattern must be an operator")
+        self.canon = [canonical_pattern(t) for t in self.lhs]
+        letmap = dict(self.lets)
+        self.rhs_vars = [template_vars(t, letmap) for t in self.rhs]
+        self.bare = [t.kind == "var" and t.name not in letmap for t in self.rhs]
+        self.const_vars = set()
+        for text, _ in self.where:
+            for m in re.finditer(r"\(const (\?[^\s()]+)\)", text):
+                self.const_vars.add(m.group(1))
+        # raw-environment layout and memoized application plans (``application.plan``)
+        self.class_names = tuple(sorted({n for _, cls_order, _ in self.canon for n in cls_order}))
+        self.other_names = tuple(sorted({n for _, _, attr_order in self.canon for n in attr_order}))
+        self.plans: dict = {}
+        self.flat_plans: dict = {}  # plans keyed on flat matches (apply_search_matches)
+        # flat matches (``application.apply_search_matches``): (roots..., values of ``flat_names``)
+        self.flat_names = tuple(sorted({n for _, c, a in self.canon for n in (*c, *a)}))
+        k = len(self.lhs)
+        slot = {n: k + i for i, n in enumerate(self.flat_names)}
+        self.flat_layout = None
+        if all(v in slot for vs in self.rhs_vars for v in vs):
+            self.flat_layout = (
+                tuple(slot[n] for n in self.class_names),
+                tuple(() if self.bare[i] else tuple(slot[v] for v in sorted(self.rhs_vars[i])) for i in range(k)),
+                [tuple(slot[n] for n in (*c, *a)) for _, c, a in self.canon],
+            )
+
+    @property
+    def multi(self) -> bool:
+        """More than one source pattern."""
+        return len(self.lhs) > 1
+
+    def __repr__(self):
+        return f"Rule({self.name!r}, {' ; '.join(self.lhs_text)})"
+
+    def decode(self, raw: dict) -> dict:
+        """Raw ids -> values: class vars stay class ids; attr vars become values, attrs vars Attrs."""
+        env = {}
+        for k, v in raw.items():
+            if isinstance(k, tuple):
+                continue
+            if k.startswith("*"):
+                env[k[1:]] = attrs_of(v)
+            elif self.kinds.get(k) == "value":
+                env[k] = value_of(v)
+            else:
+                env[k] = v
+        return env
+
+    def check(self, env: dict, type_of, const_of) -> bool:
+        """Evaluate the preconditions; a ShapeError counts as false."""
+        ctx = ExprContext(env, type_of, const_of)
+        try:
+            return all(bool(f(ctx)) for _, f in self.where)
+        except (ops.ShapeError, IndexError, KeyError, TypeError, ZeroDivisionError):
+            return False
+
+    # -- instantiation --------------------------------------------------
+    def instantiate(self, env: dict, type_of, const_of, add, out_types: list | None = None) -> list:
+        """Build the targets: returns one handle per output.
+
+        ``env`` binds class variables to handles and attribute variables to
+        values; ``type_of(handle)``/``const_of(handle)`` describe handles;
+        ``add(op, attrs, child_handles) -> handle`` creates nodes. All new
+        nodes are typed first (``ops.infer_type``), so a ShapeError leaves
+        nothing added. ``out_types``, when given, receives each output's type.
+        """
+        pending = []  # (op, attrs, children refs); ref = ("h", handle) | ("p", index)
+        ptypes = []
+        pconst = []
+        local = dict(env)
+
+        def ref_type(r):
+            return type_of(r[1]) if r[0] == "h" else ptypes[r[1]]
+
+        def ref_const(r):
+            return const_of(r[1]) if r[0] == "h" else pconst[r[1]]
+
+        def plan(t: Template):
+            if t.kind == "var":
+                v = local[t.name]
+                return v if isinstance(v, tuple) else ("h", v)
+            kids = [plan(c) for c in t.children]
+            in_types = [ref_type(k) for k in kids]
+            attrs = {}
+            if t.whole is not None:
+                attrs.update(local[t.whole])
+            if t.items:
+                ctx = ExprContext(local, lambda r: ref_type(r if isinstance(r, tuple) else ("h", r)),
+                                  lambda r: ref_const(r if isinstance(r, tuple) else ("h", r)), kids)
+                for key, f in t.items:
+                    attrs[key] = f(ctx)
+            a = _node_attrs(t.op, attrs, in_types)
+            out_t = _infer(t.op, a, in_types)
+            pending.append((t.op, a, kids))
+            ptypes.append(out_t)
+            pconst.append(t.op == "constant" or (bool(kids) and t.op not in ("var", "opaque")
+                                                 and all(ref_const(k) for k in kids)))
+            return ("p", len(pending) - 1)
+
+        try:
+            for name, t in self.lets:
+                local[name] = plan(t)
+            outs = [plan(t) for t in self.rhs]
+        except (KeyError, IndexError, TypeError, ZeroDivisionError) as e:
+            raise ops.ShapeError(f"rule {self.name}: {e}") from e
+        if out_types is not None:
+            out_types.extend(ref_type(o) for o in outs)
+        handles = []
+        for op, a, kids in pending:
+            handles.append(add(op, a, [k[1] if k[0] == "h" else handles[k[1]] for k in kids]))
+        return [o[1] if o[0] == "h" else handles[o[1]] for o in outs]
+
+
+_NORMALIZE_CACHE: dict = {}
+
+
+def _node_attrs(op: str, attrs: dict, input_types: list) -> Attrs:
+    """Canonical attributes of a new node (defaults filled, as the frontend does)."""
+    a = Attrs(attrs)
+    key = (op, a, tuple(input_types))
+    hit = _NORMALIZE_CACHE.get(key)
+    if hit is None:
+        normalize = getattr(ops, "normalize_attrs", None)
+        if normalize is not None:
+            hit = normalize(op, a, input_types)
+        else:
+            defaults = ops.get(op).defaults or {}
+            hit = Attrs({**defaults, **a})
+        if len(_NORMALIZE_CACHE) > 200000:
+            _NORMALIZE_CACHE.clear()
+        _NORMALIZE_CACHE[key] = hit
+    return hit
+
+
+_INFER_CACHE: dict = {}
+
+
+def _infer(op: str, attrs: Attrs, input_types: list):
+    """ops.infer_type, memoized (ShapeErrors too)."""
+    key = (op, attrs, tuple(input_types))
+    hit = _INFER_CACHE.get(key)
+    if hit is None:
+        try:
+            hit = ops.infer_type(op, attrs, input_types)
+        except ops.ShapeError as e:
+            hit = e
+        if len(_INFER_CACHE) > 200000:
+            _INFER_CACHE.clear()
+        _INFER_CACHE[key] = hit
+    if isinstance(hit, ops.ShapeError):
+        raise hit
+    return hit

@@ -1,0 +1,174 @@
+"""The Runner: the loop that grows an e-graph, owning its limits, stop reason and report (egg's ``Runner``).
+
+``Runner(limits).run(egraph, rules, scheduler, cost) -> SearchReport``. Each
+iteration the runner checks the limits (:meth:`Limits.exceeded`, the one
+check), asks the scheduler which rules to apply (or why to stop), runs one
+rewrite :meth:`~Runner.step` with them and lets the scheduler judge the step.
+The step is shared by every scheduler, MCTS's simulations on cloned e-graphs
+included: search each canonical pattern once, pre-filter matches that would
+close a cycle, apply them up to the node limit, rebuild, resolve the cycles
+left (TENSAT, Yang et al., MLSys 2021, §4 and Algorithm 2).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+from ..rules import Matcher, Rule, apply_matches, apply_search_matches, flat_join
+from .base import Limits, SearchReport, StopReason
+
+if TYPE_CHECKING:
+    from .scheduler import Scheduler
+
+
+@dataclass
+class Step:
+    """What one rewrite step did.
+
+    changed  the e-graph changed (new nodes or merges)
+    stop     why the run should stop after it, if a reason applies: a
+             ``StopReason`` string (node limit reached, or a limit cut the
+             step short; saturated: nothing changed), else None
+    fired    rule name -> applications that changed the e-graph
+    """
+
+    changed: bool
+    stop: str | None
+    fired: dict[str, int] = field(default_factory=dict)
+
+
+class Runner:
+    """Grows e-graphs within ``limits``; the clock starts at construction and at each :meth:`run`."""
+
+    def __init__(self, limits: Limits | None = None):
+        self.limits = limits or Limits()
+        self.start = time.perf_counter()
+
+    @property
+    def deadline(self) -> float:
+        """``time.perf_counter()`` value at which the time limit is reached."""
+        return self.start + self.limits.time_limit
+
+    def exceeded(self, egraph=None, iteration: int | None = None) -> str | None:
+        """:meth:`Limits.exceeded` with the time since the start (the time limit is always checked)."""
+        return self.limits.exceeded(egraph, iteration, time.perf_counter() - self.start)
+
+    def run(self, egraph, rules: Sequence[Rule], scheduler: Scheduler, cost=None) -> SearchReport:
+        """Grow ``egraph`` with ``rules`` as ``scheduler`` chooses until a limit,
+        saturation or the scheduler stops it. ``cost`` (the e-graph's node-cost
+        callable) is for schedulers that steer by cost (MCTS)."""
+        rules = list(rules)
+        rep = SearchReport(fired={r.name: 0 for r in rules})
+        self.start = time.perf_counter()
+        egraph.rebuild()
+        rep.nodes_before, rep.classes_before = egraph.num_nodes, egraph.num_classes
+        matcher = scheduler.matcher(rules)
+        scheduler.start(self, egraph, rules, cost)
+        iteration = 0
+        while True:
+            stop = self.exceeded(egraph, iteration if scheduler.iteration_limited else None)
+            if stop is None:
+                chosen = scheduler.next_rules(self, egraph, rules, iteration)
+                if isinstance(chosen, str):
+                    stop = chosen
+            if stop is not None:
+                break
+            step = self.step(egraph, matcher, chosen, rep)
+            iteration += 1
+            rep.iterations = iteration
+            rep.sizes.append((egraph.num_classes, egraph.num_nodes))
+            stop = scheduler.after_step(self, egraph, step, rep)
+            if stop is not None:
+                break
+        rep.stop_reason = stop
+        scheduler.finish(self, egraph, rep)
+        rep.nodes_after, rep.classes_after = egraph.num_nodes, egraph.num_classes
+        rep.total_time = time.perf_counter() - self.start
+        return rep
+
+    def step(self, egraph, matcher: Matcher, rules: Sequence[Rule], stats: SearchReport) -> Step:
+        """One rewrite step with ``rules`` (one iteration of the e-graph's
+        ``iteration`` counter): search each canonical pattern once, apply every
+        match (cycle pre-filter, node limit), rebuild, resolve remaining cycles.
+
+        The limits are checked before each rule; times, ``blacklisted`` and
+        ``filtered`` are added to ``stats``.
+        """
+        limits = self.limits
+        egraph.iteration += 1
+        fp_nodes, fp_classes = egraph.num_nodes, egraph.num_classes
+
+        # search (each canonical pattern once)
+        ts = time.perf_counter()
+        keys = {k for r in rules for k in matcher.rule_keys[r.name]}
+        found = matcher.search(egraph, keys)
+        stats.search_time += time.perf_counter() - ts
+
+        # pre-filter: the descendants map is the e-graph at the start of the
+        # iteration, taken just before the first application (nothing has changed
+        # before it), and not at all when no rule matches
+        check = None
+        counter = [0]
+        dmap = None
+        if limits.cycle_filter == "vanilla":
+            def check(v, r, reachable=egraph.reachable):
+                bad = reachable(v, r)
+                counter[0] += bad
+                return bad
+
+        # apply
+        ta = time.perf_counter()
+        changed = False
+        interrupted = None
+        fired: dict[str, int] = {}
+        for r in rules:
+            interrupted = self.exceeded(egraph)
+            if interrupted is not None:
+                break
+            keys = matcher.rule_keys[r.name]
+            if not all(found[k] for k in keys):
+                continue  # a source pattern without matches: the join is empty
+            flat = r.flat_layout is not None
+            if flat:
+                envs = flat_join(r, [found[k] for k in keys], limits.match_limit)
+            else:
+                envs = matcher.matches(r, found)
+                if limits.match_limit is not None:
+                    envs = envs[:limits.match_limit]
+            if not envs:
+                continue
+            if limits.cycle_filter == "efficient" and dmap is None:
+                tf = time.perf_counter()
+                dmap = egraph.descendants_map()
+
+                def check(v, r, reaches=dmap.reaches):
+                    bad = reaches(v, r)
+                    counter[0] += bad
+                    return bad
+                stats.filter_time += time.perf_counter() - tf
+            if flat:
+                cycle = dmap if limits.cycle_filter == "efficient" else (
+                    egraph.reachable if limits.cycle_filter == "vanilla" else None)
+                n, filtered = apply_search_matches(egraph, r, None, cycle, limits.node_limit, joined=envs)
+                counter[0] += filtered
+            else:
+                n = apply_matches(egraph, r, envs, check, limits.node_limit)
+            fired[r.name] = fired.get(r.name, 0) + n
+            changed = changed or n > 0
+        stats.apply_time += time.perf_counter() - ta
+        stats.filtered += counter[0]
+
+        tr = time.perf_counter()
+        egraph.rebuild()
+        stats.rebuild_time += time.perf_counter() - tr
+
+        if limits.cycle_filter != "none":
+            tf = time.perf_counter()
+            stats.blacklisted += len(egraph.resolve_cycles())
+            stats.filter_time += time.perf_counter() - tf
+        changed = changed and (egraph.num_nodes != fp_nodes or egraph.num_classes != fp_classes)
+        stop = limits.exceeded(egraph) or interrupted
+        if stop is None and not changed:
+            stop = StopReason.SATURATED
+        return Step(changed, stop, fired)

@@ -1,0 +1,146 @@
+"""Layering: the core (``relay_eqsat/`` but ``relay_eqsat.passes``) imports neither TVM, nor
+PyTorch, nor ``relay_eqsat.passes``; only ``passes/`` talks to TVM.
+
+The one exception is the package's front door: ``relay_eqsat.EqSatPass``, imported lazily
+inside ``relay_eqsat/__init__.py``'s ``__getattr__``.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import relay_eqsat
+
+CORE = Path(relay_eqsat.__file__).resolve().parent
+FORBIDDEN = ("tvm", "torch", "relay_eqsat.passes")
+#: (file relative to the core, enclosing function, module imported): the allowed exceptions
+ALLOWED = {("__init__.py", "__getattr__", "relay_eqsat.passes")}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(CORE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(path: Path, module: str, level: int) -> str:
+    """The absolute module name of ``from <level dots><module> import ...`` in ``path``."""
+    if not level:
+        return module
+    package = _module_name(path).split(".")
+    if path.name != "__init__.py" and not path.name.startswith("__init__."):
+        package.pop()  # a module's relative imports start from its package
+    base = package[:len(package) - (level - 1)]
+    return ".".join(base + ([module] if module else []))
+
+
+def _imports_py(path: Path):
+    """(imported module, enclosing function or None, line) for every import statement of a
+    Python file, function-local ones included; ``from a import b`` yields both a and a.b."""
+    tree = ast.parse(path.read_text(), str(path))
+
+    def visit(node, func):
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else func
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    yield alias.name, func, child.lineno
+            elif isinstance(child, ast.ImportFrom):
+                base = _resolve(path, child.module or "", child.level)
+                yield base, func, child.lineno
+                for alias in child.names:
+                    yield f"{base}.{alias.name}", func, child.lineno
+            yield from visit(child, inner)
+
+    yield from visit(tree, None)
+
+
+_PYX_IMPORT = re.compile(r"^\s*(?:from\s+(\.*)([\w.]*)\s+c?import\s+(.+)|c?import\s+(.+))$")
+
+
+def _imports_pyx(path: Path):
+    """The same for a Cython file, from its import lines (``import``/``cimport``, parenthesized
+    continuation lines joined); the enclosing function is not tracked (None)."""
+    lines = path.read_text().splitlines()
+    k = 0
+    while k < len(lines):
+        line, lineno = lines[k].split("#")[0], k + 1
+        while "(" in line and ")" not in line and k + 1 < len(lines):
+            k += 1
+            line += " " + lines[k].split("#")[0]
+        k += 1
+        m = _PYX_IMPORT.match(line)
+        if not m:
+            continue
+        if m.group(4) is not None:
+            for name in m.group(4).split(","):
+                yield name.split()[0], None, lineno
+            continue
+        base = _resolve(path, m.group(2), len(m.group(1)))
+        yield base, None, lineno
+        for name in m.group(3).strip("() ").split(","):
+            if name.strip():
+                yield f"{base}.{name.split()[0]}", None, lineno
+
+
+def _forbidden(module: str) -> bool:
+    return any(module == f or module.startswith(f + ".") for f in FORBIDDEN)
+
+
+def test_core_sources_import_no_tvm_torch_or_passes():
+    files = sorted(p for ext in ("*.py", "*.pyx", "*.pxd") for p in CORE.rglob(ext))
+    assert any(p.suffix == ".pyx" for p in files) and len(files) > 20
+    bad, allowed_seen = [], set()
+    for path in files:
+        rel = path.relative_to(CORE).as_posix()
+        imports = _imports_py(path) if path.suffix == ".py" else _imports_pyx(path)
+        for module, func, line in imports:
+            if not _forbidden(module):
+                continue
+            exception = next((a for a in ALLOWED if a[0] == rel and a[1] == func and
+                              (module == a[2] or module.startswith(a[2] + "."))), None)
+            if exception:
+                allowed_seen.add(exception)
+            else:
+                bad.append(f"relay_eqsat/{rel}:{line}: imports {module}" + (f" (in {func})" if func else ""))
+    assert not bad, "the core must not import TVM, PyTorch or relay_eqsat.passes:\n" + "\n".join(bad)
+    assert allowed_seen == ALLOWED  # the front door is still there (and nothing else is allowed)
+
+
+def test_importing_every_core_module_loads_no_tvm_or_torch():
+    code = """
+import importlib, json, pkgutil, sys
+import relay_eqsat
+names = [m.name for m in pkgutil.walk_packages(relay_eqsat.__path__, "relay_eqsat.")
+         if not m.name.startswith("relay_eqsat.passes")]
+for n in names:
+    importlib.import_module(n)
+print(json.dumps({"imported": names, "loaded": sorted(m for m in sys.modules
+      if m.split(".")[0] in ("tvm", "torch") or m.startswith("relay_eqsat.passes"))}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "relay_eqsat.cost.measure" in result["imported"] and len(result["imported"]) > 20
+    assert result["loaded"] == []
+
+
+def test_the_measuring_worker_is_a_passes_module():
+    pytest.importorskip("tvm")
+    import importlib
+
+    from relay_eqsat.cost import measure
+
+    assert measure.WORKER_MODULE.startswith("relay_eqsat.passes.")
+    worker = importlib.import_module(measure.WORKER_MODULE)
+    for spec in (measure.PROBE_HOST_TARGET, measure.PROBE_BACKENDS):
+        module, _, function = spec.partition(":")
+        assert callable(getattr(importlib.import_module(module), function))
+    assert callable(worker.worker_main)
