@@ -8,12 +8,21 @@ the input ("never worse"). Used by the Relay pass, the CLI and the benchmarks.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import asdict, dataclass, field, fields, make_dataclass
 from typing import Any, Mapping, Sequence
 
+from . import rules as rules_mod
+from .cost import CostModel, make_cost_model
+from .cost.calibrate import Calibrator
+from .egraph import EGraph
+from .extract import get_extractor
 from .graph import TensorGraph
 from .options import OPTIMIZER_OPTIONS, OPTIONS, validate
+from .rule_check import check_user_rules, load_user_rule_file
+from .rules import rules_for_target
+from .search import Limits, get_scheduler
 
 log = logging.getLogger("relay_eqsat")
 
@@ -103,11 +112,6 @@ def resolve_rules(rules: Any, trust: bool = False) -> list:
     wrong rule, or one without a verifiable instance unless ``trust``, raises
     ``RuleVerificationError`` (a ValueError) naming the rule, its file and
     line, and what failed. Shipped sets are verified by the test suite."""
-    import os
-
-    from . import rules as rules_mod
-    from .rule_check import check_user_rules, load_user_rule_file
-
     if isinstance(rules, (list, tuple)):
         rules = list(rules)
         check_user_rules(rules, trust=trust)
@@ -127,8 +131,6 @@ def resolve_rules(rules: Any, trust: bool = False) -> list:
 
 def resolve_cost(cost: Any, target: str | None = None):
     """A CostModel from a kind name, or the model itself."""
-    from .cost import CostModel, make_cost_model
-
     if isinstance(cost, CostModel):
         return cost
     if isinstance(cost, str):
@@ -173,11 +175,6 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     the whole programs next) calibration chooses the candidate but does not
     veto one: when the measured kernels make no candidate cheaper, the first
     one (the shipped model's) is returned for the runtime to decide on."""
-    from .egraph import EGraph
-    from .extract import get_extractor
-    from .rules import rules_for_target
-    from .search import Limits, get_scheduler
-
     t0 = time.perf_counter()
     opts = options if isinstance(options, OptimizeOptions) else OptimizeOptions.from_mapping(options)
     cost_model = cost_model if cost_model is not None else resolve_cost(opts.cost, opts.target)
@@ -219,8 +216,6 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
             break  # nothing to calibrate, or no candidate: the input stands
         first = first or (out, solution)
         if calibrator is None:
-            from .cost.calibrate import Calibrator
-
             calibrator = Calibrator(cost_model, calibrate_time_limit, progress=progress)
         if not calibrator.measure([graph, out]):
             break  # the compared kernels' costs did not change: the extraction stands
