@@ -43,6 +43,7 @@ FAMILIES = {
                    r"max-pool|avg-pool)",
     "split-push": r".*-over-split|split3?-.*-merge",
     "merge": r".*-merge(-.*)?|concat-(conv|dense|matmul)-weights|concat-batch-matmul",
+    "to-dense": r"batch-matmul-const-to-dense(-tb)?",
 }
 #: rules every family run keeps: they only regroup, so a family's rewrites can line up
 ALGEBRA = (r"(add|mul)-(comm|assoc)|transpose-.*|reshape-.*|split-concat-.*|concat-split(-3)?|concat\d-group-.*|"

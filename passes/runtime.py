@@ -142,27 +142,37 @@ def _quiet_stderr():
         os.close(saved)
 
 
-def layout_transform_seconds(lib, dev, inputs: Mapping[str, np.ndarray], repeat: int = 7,
-                             min_repeat_ms: float = 20.0) -> float:
-    """Seconds a run of the built ``lib`` spends in its ``layout_transform`` kernels, from the
-    debug executor's per-node medians (``repeat`` timings, each at least a quarter of
-    ``min_repeat_ms``); 0 when it has none."""
+def node_times(lib, dev, inputs: Mapping[str, np.ndarray], number: int = 10, repeat: int = 7,
+               min_repeat_ms: int = 0) -> list[tuple[dict, float | None]]:
+    """(graph JSON node, median seconds) for every node of the built ``lib``, in the graph's
+    order, from TVM's debug executor: each kernel is timed on its own, ``repeat`` timings of
+    ``number`` runs (or as many as fill ``min_repeat_ms``); None for nodes it did not time
+    (inputs, parameters). The debug executor's own logging on stderr is silenced."""
     from tvm.contrib.debugger import debug_executor
 
     graph_json = lib.get_graph_json()
     nodes = json.loads(graph_json)["nodes"]
-    if not any(n["op"] == "tvm_op" and "layout_transform" in n["attrs"]["func_name"] for n in nodes):
-        return 0.0
     with tempfile.TemporaryDirectory(prefix="relay-eqsat-debug-") as dump, _quiet_stderr():
         m = debug_executor.create(graph_json, lib.get_lib(), dev, dump_root=dump)
         m.set_input(**lib.get_params())
         set_inputs(m, inputs)
-        per_node = m.run_individual(10, repeat=repeat, min_repeat_ms=max(1, int(round(min_repeat_ms / 4))))
-    total = 0.0
-    for n, times in zip(nodes, per_node):
-        if n["op"] == "tvm_op" and "layout_transform" in n["attrs"]["func_name"] and len(times):
-            total += float(np.median(times))
-    return total
+        per_node = m.run_individual(number, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    return [(n, float(np.median(times)) if len(times) else None) for n, times in zip(nodes, per_node)]
+
+
+def _is_layout_transform(node: dict) -> bool:
+    return node["op"] == "tvm_op" and "layout_transform" in node["attrs"]["func_name"]
+
+
+def layout_transform_seconds(lib, dev, inputs: Mapping[str, np.ndarray], repeat: int = 7,
+                             min_repeat_ms: float = 20.0) -> float:
+    """Seconds a run of the built ``lib`` spends in its ``layout_transform`` kernels, from the
+    debug executor's per-node medians (:func:`node_times`: ``repeat`` timings, each at least a
+    quarter of ``min_repeat_ms``); 0 when it has none."""
+    if not any(_is_layout_transform(n) for n in json.loads(lib.get_graph_json())["nodes"]):
+        return 0.0
+    times = node_times(lib, dev, inputs, 10, repeat, max(1, int(round(min_repeat_ms / 4))))
+    return sum(t for n, t in times if _is_layout_transform(n) and t is not None)
 
 
 # -- comparing programs -------------------------------------------------------------------

@@ -23,6 +23,7 @@ COMMANDS: list[str] = [
     "tvmc=relay_eqsat.passes.cli:add_tvmc_command",
     "extract=relay_eqsat.cli:add_extract_command",
     "measure=relay_eqsat.passes.measure_cli:register",
+    "profile=relay_eqsat.passes.profile:add_profile_command",
 ]
 
 
