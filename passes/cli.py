@@ -37,6 +37,15 @@ EXIT_CODES = """exit status:
   3  internal error (one line; run with -v for the traceback)"""
 
 
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """MODEL and the flags that say how to load it (read by :func:`load_model`)."""
+    p.add_argument("model", metavar="MODEL", help="zoo:NAME (e.g. zoo:squeezenet) or a model file")
+    p.add_argument("--small", action="store_true", help="the zoo model's small configuration")
+    p.add_argument("--batch", type=int, default=1, help="zoo model batch size")
+    p.add_argument("--input-shapes", default=None,
+                   help='model file input shapes, tvmc syntax: "name:[1,3,224,224] other:[1,10]"')
+
+
 def add_optimize_command(subparsers) -> None:
     """``relay-eqsat optimize MODEL``: optimize, build, check, measure, print before/after."""
     p = subparsers.add_parser(
@@ -48,11 +57,7 @@ def add_optimize_command(subparsers) -> None:
             "check their outputs agree on random inputs (exit status 1 if not) and print predicted "
             "cost, measured runtime (median of --repeat timings), speedup, optimization time, stop "
             "reason and rules fired.", 79))
-    p.add_argument("model", metavar="MODEL", help="zoo:NAME (e.g. zoo:squeezenet) or a model file")
-    p.add_argument("--small", action="store_true", help="the zoo model's small configuration")
-    p.add_argument("--batch", type=int, default=1, help="zoo model batch size")
-    p.add_argument("--input-shapes", default=None,
-                   help='model file input shapes, tvmc syntax: "name:[1,3,224,224] other:[1,10]"')
+    add_model_arguments(p)
     p.add_argument("--target", default=None,
                    help="TVM target for building, measuring and the costs (default: the host CPU)")
     for name in PASS_FLAG_OPTIONS:

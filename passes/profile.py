@@ -44,7 +44,7 @@ import textwrap
 from collections import Counter, defaultdict
 from typing import Any
 
-from .cli import EXIT_BAD_INPUT, EXIT_OK, guarded, load_model
+from .cli import EXIT_BAD_INPUT, EXIT_OK, add_model_arguments, guarded, load_model
 
 #: TVM's TOpPattern values (include/tvm/relay/op_attr_types.h)
 PATTERNS = {0: "elemwise", 1: "broadcast", 2: "injective", 3: "comm_reduce", 4: "out_elemwise_fusable",
@@ -93,11 +93,7 @@ def add_profile_command(subparsers) -> None:
             "fused kernel with TVM's debug executor (median of --repeat timings) and print per kernel its "
             "time, share, op pattern, Relay ops, constant inputs and the TensorGraph nodes it came from "
             "(approximate: TVM's passes keep no link), totals per kind and per fused op sequence.", 79))
-    p.add_argument("model", metavar="MODEL", help="zoo:NAME (e.g. zoo:squeezenet) or a model file")
-    p.add_argument("--small", action="store_true", help="the zoo model's small configuration")
-    p.add_argument("--batch", type=int, default=1, help="zoo model batch size")
-    p.add_argument("--input-shapes", default=None,
-                   help='model file input shapes, tvmc syntax: "name:[1,3,224,224] other:[1,10]"')
+    add_model_arguments(p)
     p.add_argument("--target", default=None, help="TVM target (default: the host CPU)")
     p.add_argument("--threads", type=int, default=None,
                    help="TVM runtime threads (sets TVM_NUM_THREADS; default: the environment's)")
