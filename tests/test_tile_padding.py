@@ -1,4 +1,4 @@
-"""Channel padding and strided 1x1 convolutions on CPU targets (issue 15).
+"""Padding to TVM's x86 tiles, and strided 1x1 convolutions, on CPU targets (issue 15).
 
 TVM's x86 ``conv2d_NCHWc``, untuned, blocks channels by the largest divisor
 of the count up to the SIMD width, so ShuffleNet-v2's 58/116/232 channels run
@@ -6,7 +6,10 @@ in 2- and 4-wide vectors and SqueezeNet's 1000-class convolution in 10-wide
 ones. The rules of ``rules/default.rules``' "channel padding" section round a
 count up to a multiple of 16 with zero weights, slice the extra channels off
 and carry the slice through per-channel ops until a convolution absorbs it;
-``conv1x1-stride-to-slice`` subsamples before a strided 1x1 convolution. Their
+``conv1x1-stride-to-slice`` subsamples before a strided 1x1 convolution;
+``dense-pad-rows`` and ``batch-matmul-pad-rows/-columns`` pad the rows (and
+columns) of a product to a multiple of 8, the tile TVM's dense_pack and
+batch_matmul schedules take (ViT's 197 tokens: 1-row tiles). Their
 ``example`` lines are verified by tests/test_rules.py; here: where they match,
 that they stay off GPU targets, that an extraction preferring full channel
 blocks reaches the padded program with the same numbers (numpy reference, no
@@ -25,7 +28,8 @@ from relay_eqsat.rules import Matcher, apply_matches, load_rules, rules_for_targ
 
 PADDING = ("conv-pad-out-channels", "conv-pad-in-channels", "conv-absorb-channel-slice", "relu-channel-slice",
            "bias-add-channel-slice", "depthwise-conv-channel-slice", "depthwise-conv-pad-channels")
-RULES = {r.name: r for r in load_rules() if r.name in PADDING + ("conv1x1-stride-to-slice",)}
+PRODUCTS = ("dense-pad-rows", "batch-matmul-pad-rows", "batch-matmul-pad-columns")
+RULES = {r.name: r for r in load_rules() if r.name in PADDING + PRODUCTS + ("conv1x1-stride-to-slice",)}
 CPU = "llvm -mtriple=x86_64-linux-gnu -mcpu=znver4"
 CONV = dict(strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1, data_layout="NCHW",
             kernel_layout="OIHW", out_dtype="")
@@ -33,15 +37,23 @@ CONV = dict(strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1, dat
 
 class FullBlocksCost(CostModel):
     """The analytic cost, with a convolution dearer by 16 / (its channel block) as TVM's untuned
-    x86 schedules block channels (largest divisor <= 16): the tests do not depend on a trained
-    model's view of small shapes."""
+    x86 schedules block channels (largest divisor <= 16), a dense by 8 / (its row tile, the
+    largest power of two <= 8 dividing the rows): the tests do not depend on a trained model's
+    view of small shapes."""
 
     def __init__(self):
         super().__init__("analytic")
 
     def op_cost(self, op, attrs, input_types, out_type, all_inputs_constant=False):
         cost = super().op_cost(op, attrs, input_types, out_type, all_inputs_constant)
-        if op != "nn.conv2d" or all_inputs_constant:
+        if all_inputs_constant:
+            return cost
+        if op == "nn.dense":
+            tile = 8
+            while input_types[0].shape[0] % tile:
+                tile //= 2
+            return cost * 8 / tile
+        if op != "nn.conv2d":
             return cost
         out_channels = input_types[1].shape[0]
         block = max(d for d in range(1, 17) if out_channels % d == 0)
@@ -80,7 +92,7 @@ def _fired(graph, rules):
 
 
 def test_rules_are_shipped_and_verified():
-    assert set(RULES) == set(PADDING) | {"conv1x1-stride-to-slice"}
+    assert set(RULES) == set(PADDING) | set(PRODUCTS) | {"conv1x1-stride-to-slice"}
     assert all(r.examples for r in RULES.values())
 
 
@@ -157,3 +169,52 @@ def test_pass_pads_with_the_same_numbers_on_tvm(c):
     ref = run(build(mod), inputs)[0]
     got = run(build(out), inputs)[0]
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("rows,expect", [(197, True), (13, True), (200, False), (8, False), (5, False)])
+def test_dense_row_padding_matches_rows_off_the_tile(rows, expect):
+    g = TensorGraph()
+    x = g.var("x", [rows, 16])
+    g.set_output(g.add("nn.dense", [x, g.const(np.ones((24, 16), "float32"))], {"out_dtype": ""}))
+    assert bool(_fired(g, [RULES["dense-pad-rows"]])["dense-pad-rows"]) == expect
+
+
+def _mlp(rows=13):
+    """dense + bias + relu + dense, as a transformer's MLP on ``rows`` tokens."""
+    rng = np.random.default_rng(3)
+    g = TensorGraph()
+    x = g.var("x", [rows, 16])
+    y = g.add("nn.dense", [x, g.const(rng.standard_normal((32, 16)).astype("float32"))], {"out_dtype": ""})
+    y = g.add("nn.relu", [g.add("add", [y, g.const(rng.standard_normal(32).astype("float32"))])])
+    g.set_output(g.add("nn.dense", [y, g.const(rng.standard_normal((16, 32)).astype("float32"))], {"out_dtype": ""}))
+    return g
+
+
+def test_extraction_pads_dense_rows_with_the_same_numbers():
+    g = _mlp()
+    out, report = _optimize(g)
+    assert report.changed, report.reason
+    dense_rows = [out[n.inputs[0]].type.shape[0] for n in out.nodes if n.op == "nn.dense"]
+    assert dense_rows and all(r == 16 for r in dense_rows), dense_rows
+    x = np.random.default_rng(4).standard_normal((13, 16)).astype("float32")
+    ref, got = g.evaluate({"x": x}), out.evaluate({"x": x})
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+
+
+@pytest.mark.tvm
+def test_pass_pads_dense_rows_with_the_same_numbers_on_tvm():
+    pytest.importorskip("tvm")
+    from relay_eqsat.passes import EqSatPass
+    from relay_eqsat.passes.relay import graph_to_module
+    from relay_eqsat.passes.runtime import build, run
+
+    mod = graph_to_module(_mlp(rows=197))
+    p = EqSatPass(check_runtime="off", calibrate="off", min_gain=0.0, search="tensat",
+                  final_extractor="ilp-acyc", extract_time_limit=20, target=CPU, cost=FullBlocksCost())
+    out = p(mod)
+    assert p.last_report["changed"], p.last_report.get("reason")
+    assert p.last_report["rules_fired"].get("dense-pad-rows")
+    inputs = {"x": np.random.default_rng(5).standard_normal((197, 16)).astype("float32")}
+    ref = run(build(mod), inputs)[0]
+    got = run(build(out), inputs)[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
