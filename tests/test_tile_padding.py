@@ -29,7 +29,8 @@ from relay_eqsat.rules import Matcher, apply_matches, load_rules, rules_for_targ
 PADDING = ("conv-pad-out-channels", "conv-pad-in-channels", "conv-absorb-channel-slice", "relu-channel-slice",
            "bias-add-channel-slice", "depthwise-conv-channel-slice", "depthwise-conv-pad-channels")
 PRODUCTS = ("dense-pad-rows", "batch-matmul-pad-rows", "batch-matmul-pad-columns")
-RULES = {r.name: r for r in load_rules() if r.name in PADDING + PRODUCTS + ("conv1x1-stride-to-slice",)}
+RULES = {r.name: r for r in load_rules()
+         if r.name in PADDING + PRODUCTS + ("conv1x1-stride-to-slice", "conv-widen-output")}
 CPU = "llvm -mtriple=x86_64-linux-gnu -mcpu=znver4"
 CONV = dict(strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1, data_layout="NCHW",
             kernel_layout="OIHW", out_dtype="")
@@ -63,7 +64,7 @@ class FullBlocksCost(CostModel):
 def _conv(g, x, cout, cin, k=1, groups=1, rng=None, **attrs):
     rng = rng or np.random.default_rng(cout * 100 + cin)
     w = g.const(rng.standard_normal((cout, cin // groups, k, k)).astype("float32"))
-    return g.add("nn.conv2d", [x, w], dict(CONV, groups=groups, padding=(k // 2,) * 4, **attrs))
+    return g.add("nn.conv2d", [x, w], {**CONV, "groups": groups, "padding": (k // 2,) * 4, **attrs})
 
 
 def _bias_relu(g, y, c, relu=True, rng=None):
@@ -92,7 +93,7 @@ def _fired(graph, rules):
 
 
 def test_rules_are_shipped_and_verified():
-    assert set(RULES) == set(PADDING) | set(PRODUCTS) | {"conv1x1-stride-to-slice"}
+    assert set(RULES) == set(PADDING) | set(PRODUCTS) | {"conv1x1-stride-to-slice", "conv-widen-output"}
     assert all(r.examples for r in RULES.values())
 
 
@@ -108,8 +109,9 @@ def test_padding_matches_odd_channel_counts_only(channels, expect):
 
 def test_padding_rules_stay_off_gpu_targets():
     rules = list(RULES.values())
+    rules = [r for r in rules if r.name in PADDING]
     kept, avoided = rules_for_target(rules, "cuda")
-    assert not kept and set(avoided) == set(RULES)
+    assert not kept and set(avoided) == set(PADDING)
     kept, avoided = rules_for_target(rules, CPU)
     assert len(kept) == len(rules) and not avoided
 
@@ -217,4 +219,39 @@ def test_pass_pads_dense_rows_with_the_same_numbers_on_tvm():
     inputs = {"x": np.random.default_rng(5).standard_normal((197, 16)).astype("float32")}
     ref = run(build(mod), inputs)[0]
     got = run(build(out), inputs)[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("width,expect", [(73, True), (39, True), (58, False), (30, False), (151, True)])
+def test_widen_output_matches_widths_without_a_good_block(width, expect):
+    """71 and 37 columns have no divisor in 8..31 (TVM blocks by 1); 56 and 28 do; <= 31 is one block."""
+    g = TensorGraph()
+    x = g.var("x", [1, 4, 5, width])
+    g.set_output(_conv(g, x, 8, 4, k=3, padding=(0, 0, 0, 0)))
+    assert bool(_fired(g, [RULES["conv-widen-output"]])["conv-widen-output"]) == expect
+
+
+@pytest.mark.tvm
+def test_widened_conv_has_the_same_numbers_on_tvm():
+    """The rule's right side (one more column of right padding per stride, sliced off) built by
+    TVM: asymmetric padding and the slice survive the round trip through Relay."""
+    pytest.importorskip("tvm")
+    from relay_eqsat.passes.relay import graph_to_module
+    from relay_eqsat.passes.runtime import build, run
+
+    def model(widen):
+        g = TensorGraph()
+        x = g.var("x", [1, 4, 9, 75])
+        y = _conv(g, x, 8, 4, k=3, strides=(2, 2), padding=(0, 0, 0, 2 * 3 if widen else 0))
+        if widen:
+            y = g.add("strided_slice", [y], {"begin": (0, 0, 0, 0), "end": (1, 8, 4, 37), "strides": (1, 1, 1, 1)})
+        g.set_output(g.add("nn.relu", [y]))
+        return g
+
+    g, wide = model(False), model(True)
+    assert _fired(g, [RULES["conv-widen-output"]])["conv-widen-output"] == 1
+    assert [n.type.shape for n in wide.nodes if n.op == "nn.conv2d"] == [(1, 8, 4, 40)]
+    inputs = {"x": np.random.default_rng(6).standard_normal((1, 4, 9, 75)).astype("float32")}
+    ref = run(build(graph_to_module(g)), inputs)[0]
+    got = run(build(graph_to_module(wide)), inputs)[0]
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))

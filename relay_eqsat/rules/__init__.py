@@ -95,6 +95,7 @@ literals, variables, or calls ``(fn args...)``:
 ``(inverse-perm P)``
 ``(same-pad ?x ?w SH SW)``  TASO's SAME padding of a convolution (4-tuple)
 ``(enlarge-pad ?w ?ref)``   pad_width growing a kernel to ``?ref``'s size
+``(max-divisor N L)``       the largest divisor of ``N`` that is at most ``L`` (a tile size)
 
 Rules are loaded with ``load_rules(name)`` (a shipped file, through
 ``importlib.resources``), ``load_rule_file(path)`` or ``parse_rules(text)``.

@@ -260,6 +260,12 @@ def _cumsum(xs):
     return tuple(out)
 
 
+def _max_divisor(n, limit):
+    """The largest divisor of ``n`` that is at most ``limit`` (1 if none is larger)."""
+    n, limit = int(n), int(limit)
+    return next((d for d in range(min(n, limit), 1, -1) if n % d == 0), 1)
+
+
 def _set(xs, i, v):
     xs = list(xs)
     xs[i] = v
@@ -294,6 +300,7 @@ _FUNCS: dict[str, tuple[int | None, Callable]] = {
     "identity-perm": (1, lambda p: tuple(p) == tuple(range(len(p)))),
     "same-pad": (4, _same_pad),
     "enlarge-pad": (2, _enlarge_pad),
+    "max-divisor": (2, _max_divisor),
 }
 # functions whose first argument is a class (they receive its type)
 _TYPE_FUNCS = {
