@@ -12,6 +12,10 @@ existing model (the user's, else the shipped one) without measuring or
 training, and ``--whole-times FILE`` takes the whole-model runtimes from a
 benchmark's JSON (``bench/end_to_end.py``: opt_level 3 medians;
 ``bench/cost_accuracy.py``: measured) instead of timing the models again.
+``--retrain-shipped`` retrains the model shipped for ``--target`` from the
+measurements shipped for it (no measuring: the target need not be this CPU),
+refits its fusion weights to ``--whole-times`` and writes it over the shipped
+file (what a change of the features or the baseline needs).
 ``register(subparsers)`` adds the subcommand to the ``relay-eqsat`` parser; its
 handler is ``run(args) -> exit status``. The kernels are measured in the
 ``Measurer``'s worker process (:mod:`relay_eqsat.passes.measure_worker`).
@@ -22,10 +26,11 @@ import argparse
 import gzip
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 from relay_eqsat.cost.base import CostModel, fit_fusion
-from relay_eqsat.cost.cache import CostCache, shipped_table_path
+from relay_eqsat.cost.cache import CostCache, normalize_target, shipped_samples, shipped_table_path
 from relay_eqsat.cost.instance import instances_from_egraph, instances_from_graph, unique
 from relay_eqsat.cost import learned
 from relay_eqsat.cost.learned import LearnedCostModel, default_model_path, load_model, model_dir, model_filename
@@ -74,6 +79,10 @@ def register(subparsers) -> argparse.ArgumentParser:
                         "(relay_eqsat/cost/data)")
     p.add_argument("--ship-default", action="store_true",
                    help="as --ship, and make the model the default for every target of its backend")
+    p.add_argument("--retrain-shipped", action="store_true",
+                   help="retrain the model shipped for --target from the measurements shipped for it, "
+                        "refit its fusion weights to --whole-times and write it over the shipped file "
+                        "(nothing measured)")
     p.set_defaults(func=run)
     return p
 
@@ -129,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"target {measurer.target}, backend {measurer.backend}, database {cache.path}")
 
     specs = [s.strip() for s in args.models.split(",") if s.strip()]
+    if args.retrain_shipped:
+        return retrain_shipped(args, measurer, specs)
     if args.fit_only:
         return refit_only(args, measurer, cache, specs)
     graphs = {}
@@ -191,7 +202,8 @@ def _fit_into(model, cm, graphs: dict, whole: dict) -> None:
     model.meta["fusion"] = {k: getattr(fit.rule, k) for k in fit.rule.TERMS}
     model.meta["fusion_fit"] = str(fit)
     # the error a predicted gain must exceed before it is trusted without measuring (CostModel.calibrated_error)
-    model.meta["whole_graph_error"] = fit.loo_mean_ape if fit.loo_mean_ape is not None else fit.after_mean_ape
+    err = fit.loo_mean_ape if fit.loo_mean_ape is not None else fit.after_mean_ape
+    model.meta["whole_graph_error"] = round(err, 3)  # a relative error: three decimals say it all
 
 
 def refit_only(args, measurer, cache, specs) -> int:
@@ -222,6 +234,58 @@ def refit_only(args, measurer, cache, specs) -> int:
     cm.fusion = type(cm.fusion)()  # refit from the defaults, not from the stored fit
     _fit_into(model, cm, graphs, whole)
     return _save(model, args, measurer.backend, measurer.target, cache)
+
+
+def retrain_shipped(args, measurer, specs) -> int:
+    """``--retrain-shipped``: the shipped model of the target retrained on the shipped
+    measurements (in their file's order) and its fusion weights refitted to ``--whole-times``
+    (without them the shipped model's weights are kept), written over the shipped file."""
+    target, backend = measurer.target, measurer.backend
+    path = shipped_model_path(target, backend)
+    if path is None:
+        print(f"relay-eqsat measure: no model is shipped for {target} ({backend})", file=sys.stderr)
+        return 1
+    samples = shipped_samples(target, backend)
+    if not samples:
+        print(f"relay-eqsat measure: no measurements are shipped for {target} ({backend})", file=sys.stderr)
+        return 1
+    old = _model_meta(path)
+    if old.get("report"):
+        print(f"shipped model before: {learned.TrainReport(**old['report'])}")
+    model, report = LearnedCostModel.train(samples, target, backend)
+    print(f"retrained: {report}")
+    model.meta["shipped"] = True
+    if args.whole_times:
+        times = {k: v for k, v in read_whole_times(args.whole_times, args.small).items() if k in specs}
+        graphs = {spec: _load_graph(spec, small) for spec, (_, small) in times.items()}
+        whole = {spec: t for spec, (t, _) in times.items()}
+        # the shipped measurements and the new model only: a fresh, empty database beside them
+        with tempfile.TemporaryDirectory() as tmp:
+            cm = CostModel("auto", target, backend, cache=CostCache(Path(tmp) / "empty.sqlite"), learned=model)
+            _fit_into(model, cm, graphs, whole)
+    else:
+        model.meta.update({k: old[k] for k in ("fusion", "fusion_fit", "whole_graph_error") if k in old})
+        print("no --whole-times: the shipped model's fusion weights are kept, not refitted")
+    model.save(path)
+    print(f"saved {path}")
+    return 0
+
+
+def _model_meta(path) -> dict:
+    """A model file's relay-eqsat metadata, whatever its feature version."""
+    return json.loads(json.loads(Path(path).read_text())["learner"]["attributes"]["relay_eqsat"])
+
+
+def shipped_model_path(target: str, backend: str):
+    """The shipped model file that serves exactly ``target``: its own, else the backend's
+    default when that was trained on ``target``."""
+    own = learned.SHIPPED_DIR / model_filename(target, backend)
+    if own.is_file():
+        return own
+    default = default_model_path(backend)
+    if default.is_file() and _model_meta(default).get("target") == normalize_target(target):
+        return default
+    return None
 
 
 def _save(model, args, backend: str, target: str, cache) -> int:

@@ -2,11 +2,16 @@
 
 A kernel takes ``max(flops / peak_flops, bytes / bandwidth) + launch_overhead``
 seconds, with FLOPs and bytes (inputs read plus output written) from the
-operator table. The constants are per target kind: defaults below, overridden
-by constructor arguments, by the environment (``RELAY_EQSAT_PEAK_GFLOPS``,
-``RELAY_EQSAT_BANDWIDTH_GBS``, ``RELAY_EQSAT_LAUNCH_US``) or by
-:meth:`AnalyticModel.calibrate`, which times a numpy matmul and a large copy on
-this machine.
+operator table. On an x86 CPU a convolution's time is divided by the lane
+efficiency of the channel blocks TVM's schedule gives it (``simd.py``: 58
+channels run 2-wide on a 16-lane CPU). For the compute-bound dense
+convolutions that is the peak divided by it; TVM's depthwise kernels run far
+below the roofline's memory bound and narrow blocks slow them too, as
+measured, so the whole roofline time is scaled. The constants are per target
+kind: defaults below, overridden by constructor arguments, by the environment
+(``RELAY_EQSAT_PEAK_GFLOPS``, ``RELAY_EQSAT_BANDWIDTH_GBS``,
+``RELAY_EQSAT_LAUNCH_US``) or by :meth:`AnalyticModel.calibrate`, which times a
+numpy matmul and a large copy on this machine.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import numpy as np
 
 from .. import ops
 from ..graph import Attrs, TensorType, TupleType, Type
+from .simd import schedule_efficiency, simd_lanes
 
 # Achievable (not theoretical) figures. cpu: measured on the development
 # machine (2 Zen 4 cores: numpy sgemm ~170 GFLOP/s, copy ~21 GB/s); cuda: an
@@ -59,11 +65,13 @@ class AnalyticModel:
     peak_flops: float = DEFAULTS["cpu"]["peak_flops"]
     bandwidth: float = DEFAULTS["cpu"]["bandwidth"]
     launch_overhead: float = DEFAULTS["cpu"]["launch_overhead"]
+    #: fp32 SIMD lanes of the target (``simd.simd_lanes``); None: no lane effect
+    lanes: int | None = None
 
     @classmethod
     def for_target(cls, target: str | None = None, **overrides) -> "AnalyticModel":
         """Defaults for the target's kind, then the environment, then ``overrides``."""
-        params = dict(DEFAULTS[target_kind(target)])
+        params = dict(DEFAULTS[target_kind(target)], lanes=simd_lanes(target))
         env = {"RELAY_EQSAT_PEAK_GFLOPS": ("peak_flops", 1e9),
                "RELAY_EQSAT_BANDWIDTH_GBS": ("bandwidth", 1e9),
                "RELAY_EQSAT_LAUNCH_US": ("launch_overhead", 1e-6)}
@@ -76,10 +84,12 @@ class AnalyticModel:
     def kernel_cost(self, op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type) -> float:
         """Seconds for one standalone kernel of ``op``."""
         flops, nbytes = op_flops_bytes(op, attrs, input_types, out_type)
-        return self.roofline(flops, nbytes)
+        eff = schedule_efficiency(op, attrs, input_types, out_type, self.lanes)
+        return self.roofline(flops, nbytes, eff)
 
-    def roofline(self, flops: float, nbytes: float) -> float:
-        return max(flops / self.peak_flops, nbytes / self.bandwidth) + self.launch_overhead
+    def roofline(self, flops: float, nbytes: float, efficiency: float = 1.0) -> float:
+        """``max(flops / peak, bytes / bandwidth) / efficiency + launch overhead``."""
+        return max(flops / self.peak_flops, nbytes / self.bandwidth) / efficiency + self.launch_overhead
 
     def bytes_cost(self, nbytes: float) -> float:
         """Seconds to move ``nbytes`` through memory (no launch overhead)."""

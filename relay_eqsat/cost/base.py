@@ -236,7 +236,7 @@ class CostModel:
                 t = self._measure(inst)
                 source = "measured"
             if t is None and self.learned is not None:
-                t = self.learned.predict_one(op, attrs, input_types, out_type)
+                t = self.learned.predict_one(op, attrs, input_types, out_type, self.target)
                 source = "learned"
         if t is None:
             t = self.analytic.kernel_cost(op, attrs, input_types, out_type)
@@ -252,7 +252,7 @@ class CostModel:
             todo = [i for i in todo if self._cached(i) is None]
         if self.kind == "measured" or self.learned is None or not todo:
             return
-        for inst, t in zip(todo, self.learned.predict(todo)):
+        for inst, t in zip(todo, self.learned.predict(todo, self.target)):
             self._kernel[(inst.op, inst.attrs, inst.input_types, inst.out_type)] = float(t)
             self.sources["learned"] += 1
 

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from .instance import OpInstance
+from ..graph import TensorType
+from .instance import OpInstance, attrs_from_str
 
 log = logging.getLogger(__name__)
 
@@ -355,6 +356,21 @@ def shipped_table(target: str, backend: str | None) -> dict[tuple, float]:
     if data.get("target") != normalize_target(target):
         return {}
     return {(op, a, sh, dt): s for op, a, sh, dt, s in data["rows"]}
+
+
+def shipped_samples(target: str, backend: str) -> list[tuple[OpInstance, float]]:
+    """(instance, seconds) of every measurement shipped for (target, backend), in the file's
+    order, the output types inferred (what retraining a shipped model reads)."""
+    path = shipped_table_path(target, backend)
+    if not path.exists():
+        return []
+    out = []
+    for op, a, sh, dt, s in _read_shipped(path)["rows"]:
+        shapes = json.loads(sh)
+        dts = dt.split(",") if "," in dt else [dt] * len(shapes)
+        types = [TensorType(tuple(shape), d) for shape, d in zip(shapes, dts)]
+        out.append((OpInstance.make(op, attrs_from_str(a), types), float(s)))
+    return out
 
 
 @functools.lru_cache(maxsize=8)

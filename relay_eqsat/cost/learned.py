@@ -5,9 +5,17 @@ cost of ops never measured. The trees predict log(seconds / roofline), the
 ratio of the time to a fixed roofline estimate (``baseline``), so a kernel
 smaller or larger than every measured one keeps the roofline's scale instead
 of the nearest leaf's (models saved before that predict log-seconds, and are
-still read so). Training reports its held-out error (median
-absolute percentage error and R² of log-time on a random 20% split), then
-refits on every row. A model is one XGBoost JSON file whose ``relay_eqsat``
+still read so). Since baseline v2 the roofline time is divided by the lane
+efficiency of the channel blocks TVM's x86 schedules give a convolution
+(``simd.py``, ``analytic.py``), for the SIMD lanes of the target predicted
+for, so a convolution with 58 channels is predicted slower than one with 64
+even where no such shape was measured. The blocks are not tree features: the
+training data hold narrow blocks only where something else makes a kernel slow
+(3-channel stems, 1000-class heads, grouped convolutions of 4 channels a group),
+and trees that saw them as features charged 58-channel convolutions about 2x
+what ``bench/channel_blocks.py`` measured. Training reports its held-out error
+(median absolute percentage error and R² of log-time on a random 20% split),
+then refits on every row. A model is one XGBoost JSON file whose ``relay_eqsat``
 attribute holds its metadata (target, backend, feature version, report, and
 the fitted fusion weights when ``relay-eqsat measure --fit-fusion`` made it).
 
@@ -24,6 +32,7 @@ closer exists).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import subprocess
@@ -41,6 +50,9 @@ from .analytic import AnalyticModel, op_flops_bytes
 from .cache import CostCache, cache_dir, ignore_shipped, normalize_target, target_slug
 from .instance import OpInstance
 from .measure import target_backends
+from .simd import schedule_efficiency, simd_lanes
+
+log = logging.getLogger(__name__)
 
 FEATURE_VERSION = 1
 ENV_MODEL_DIR = "RELAY_EQSAT_MODEL_DIR"
@@ -69,22 +81,34 @@ _LOG_FLOPS = FEATURE_NAMES.index("log_flops")
 _LOG_BYTES = FEATURE_NAMES.index("log_bytes")
 
 
-#: what the trees of a model predict the log-ratio to (models without it predict log-seconds)
-BASELINE = "roofline-cpu-v1"
+#: what the trees of a model predict the log-ratio to (models without it predict log-seconds):
+#: v2 is v1's roofline time divided by the schedule efficiency (``simd.schedule_efficiency``: channel lanes,
+#: width blocks, row tiles of TVM's x86 fallback schedules; as ``AnalyticModel.kernel_cost``)
+BASELINE = "roofline-cpu-v2"
+BASELINE_V1 = "roofline-cpu-v1"
 _BASELINE_MODEL = AnalyticModel()  # fixed constants, never the environment's: a model must not move
 
 
-def baseline(instances: Sequence[OpInstance]) -> np.ndarray:
-    """The fixed roofline estimate (default CPU constants) of each instance, in seconds."""
-    return _baseline_of(feature_matrix(instances))
+def lane_efficiencies(instances: Sequence[OpInstance], lanes: int | None) -> np.ndarray:
+    """``simd.schedule_efficiency`` of each instance on a CPU of ``lanes`` fp32 lanes."""
+    return np.array([schedule_efficiency(i.op, i.attrs, i.input_types, i.out_type, lanes) for i in instances],
+                    dtype=np.float64)
 
 
-def _baseline_of(X: np.ndarray) -> np.ndarray:
-    """``baseline`` from feature rows: their FLOPs and bytes, not computed again."""
+def baseline(instances: Sequence[OpInstance], lanes: int | None = None) -> np.ndarray:
+    """The fixed roofline estimate (default CPU constants, divided by the lane efficiency
+    on a CPU of ``lanes`` fp32 lanes) of each instance, in seconds."""
+    return _baseline_of(feature_matrix(instances), lane_efficiencies(instances, lanes))
+
+
+def _baseline_of(X: np.ndarray, efficiency: np.ndarray | None = None) -> np.ndarray:
+    """``baseline`` from feature rows (their FLOPs and bytes, not computed again) and the
+    instances' lane efficiencies (None: 1, baseline v1)."""
     flops = np.exp2(X[:, _LOG_FLOPS].astype(np.float64)) - 1.0
     nbytes = np.exp2(X[:, _LOG_BYTES].astype(np.float64)) - 1.0
     m = _BASELINE_MODEL
-    return np.maximum(flops / m.peak_flops, nbytes / m.bandwidth) + m.launch_overhead
+    eff = 1.0 if efficiency is None else efficiency
+    return np.maximum(flops / m.peak_flops, nbytes / m.bandwidth) / eff + m.launch_overhead
 
 
 def _log2p(x: float) -> float:
@@ -369,13 +393,14 @@ class LearnedCostModel:
             raise ValueError("no samples to train on")
         p = dict(DEFAULT_PARAMS, **(params or {}))
         p["seed"] = seed
-        X = feature_matrix([s[0] for s in samples])
+        insts = [s[0] for s in samples]
+        X = feature_matrix(insts)
         secs = np.array([s[1] for s in samples], dtype=np.float64)
         if not np.all(secs > 0):
             raise ValueError("measured seconds must be positive")
         # the trees learn log(measured / roofline): the roofline carries the scale, so
         # kernels smaller or larger than any measured one keep a sensible size
-        log_base = np.log(_baseline_of(X))
+        log_base = np.log(_baseline_of(X, lane_efficiencies(insts, simd_lanes(target))))
         model_json, rep = _train_isolated(X, np.log(secs) - log_base, holdout, seed, rounds, p, log_base)
         report = TrainReport(**rep)
         meta = dict(target=normalize_target(target), backend=backend, feature_version=FEATURE_VERSION,
@@ -391,16 +416,22 @@ class LearnedCostModel:
         return cls.train(samples, target, backend, **kw)
 
     # -- prediction -----------------------------------------------------------------
-    def predict(self, instances: Sequence[OpInstance]) -> np.ndarray:
-        """Predicted seconds per instance."""
+    def predict(self, instances: Sequence[OpInstance], target: str | None = None) -> np.ndarray:
+        """Predicted seconds per instance on ``target`` (default: the one the model was
+        trained on; its SIMD lanes decide the baseline's lane efficiency)."""
         if not instances:
             return np.zeros(0)
         X = feature_matrix(instances)
         t = np.exp(self.ensemble.predict(X))
-        return t * _baseline_of(X) if self.meta.get("baseline") == BASELINE else t
+        kind = self.meta.get("baseline")
+        if kind == BASELINE:
+            lanes = simd_lanes(target if target is not None else self.target)
+            return t * _baseline_of(X, lane_efficiencies(instances, lanes))
+        return t * _baseline_of(X) if kind == BASELINE_V1 else t
 
-    def predict_one(self, op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type) -> float:
-        return float(self.predict([OpInstance(op, attrs, tuple(input_types), out_type)])[0])
+    def predict_one(self, op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type,
+                    target: str | None = None) -> float:
+        return float(self.predict([OpInstance(op, attrs, tuple(input_types), out_type)], target)[0])
 
     # -- files ------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
@@ -444,23 +475,33 @@ def default_model_path(backend: str) -> Path:
     return SHIPPED_DIR / f"default-{backend}.json"
 
 
-def find_model(target: str, backend: str | None) -> Path | None:
-    """The best model file for (target, backend): trained here, shipped for this target,
-    then the shipped default of the backend."""
-    backends: Iterable[str] = [backend] if backend else target_backends(target)
+def _model_files(target: str, backend: str | None) -> Iterable[Path]:
+    """Existing model files for (target, backend), best first: trained here, shipped for this
+    target, then the shipped default of the backend."""
+    backends = [backend] if backend else list(target_backends(target))
     for b in backends:
         for d in (model_dir(),) if ignore_shipped() else (model_dir(), SHIPPED_DIR):
             p = d / model_filename(target, b)
             if p.is_file():
-                return p
+                yield p
     for b in backends:
         p = default_model_path(b)
         if p.is_file():
-            return p
-    return None
+            yield p
+
+
+def find_model(target: str, backend: str | None) -> Path | None:
+    """The best model file for (target, backend): trained here, shipped for this target,
+    then the shipped default of the backend."""
+    return next(iter(_model_files(target, backend)), None)
 
 
 def load_model(target: str, backend: str | None) -> LearnedCostModel | None:
-    """The best available model for (target, backend), or None."""
-    p = find_model(target, backend)
-    return LearnedCostModel.load(p) if p is not None else None
+    """The best available model for (target, backend), or None. A model of another feature
+    version (trained here before an upgrade) is passed over with a warning to retrain it."""
+    for p in _model_files(target, backend):
+        try:
+            return LearnedCostModel.load(p)
+        except ValueError as e:
+            log.warning("relay-eqsat cost model: %s; using the next model available", e)
+    return None

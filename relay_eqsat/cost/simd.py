@@ -1,0 +1,251 @@
+"""What TVM's x86 convolution schedules do with channel counts: SIMD lanes, channel blocks, efficiency.
+
+Without a tuning log, TVM (0.16, ``topi/x86``) builds an fp32 ``nn.conv2d`` on an
+x86 CPU from its *fallback* schedule: ``conv2d.py::_get_default_config`` calls
+``conv2d_avx_1x1._fallback_schedule`` (1x1 kernels) or
+``conv2d_avx_common._fallback_schedule`` (others), depthwise convolutions get
+``depthwise_conv2d._fallback_schedule``, grouped ones
+``group_conv2d._fallback_schedule``. Each picks the output-channel block
+``oc_bn`` as the largest divisor of the output channels (per group) that is at
+most the SIMD width in fp32 lanes (``tvm.target.x86.get_simd_32bit_lanes``: 16
+when the target has AVX-512 BW and F, 8 with AVX2, else 4), and the
+input-channel block ``ic_bn`` as the largest divisor of the input channels
+(per group) at most ``oc_bn``; ``conv2d_alter_op.py`` then lays the data out as
+``NCHW{ic_bn}c`` and the kernel vectorizes over ``oc_bn``. 58 channels give
+2-wide vectors on a 16-lane CPU (58 = 2 x 29), 64 give 16-wide ones: the
+narrow kernels run several times slower per FLOP (``bench/channel_blocks.py``).
+
+``simd_lanes(target)`` answers TVM's lane question from the target string
+alone (no TVM), ``channel_blocks`` gives the blocks an instance gets, and
+``lane_efficiency`` the fitted share of the full-block speed it runs at.
+
+The same fallback schedules tile other dimensions by divisors too, and
+``schedule_efficiency`` multiplies their effects into the lane efficiency:
+
+- ``conv2d_avx_common._fallback_schedule`` (kernels larger than 1x1) blocks
+  the output width by ``reg_n``, its largest divisor up to 31: 71 or 37
+  columns (prime) run one at a time, at 0.19 of the speed of 40 columns
+  (conv3x3 64->64 on Sapphire Rapids: 1 column 26.8 GFLOP/s, 2: 47, 3: 68,
+  4: 84, 6: 102, 20: 140); fitted ``(min(reg_n, 8) / 8) ** 0.8``. The 1x1
+  schedule tiles height x width together and showed no such effect.
+- ``dense.py::_default_dense_pack_config`` tiles the rows of ``x`` by the
+  largest power of two up to 8 dividing them: ViT's 197 tokens run in 1-row
+  tiles, 768->3072 in 64.9 ms against 11.3 ms on 200 rows (0.17 of the speed),
+  768->768 0.35, 65 rows 0.30, 50 rows (2-row tiles) 0.73; fitted
+  ``(tile / 8) ** 0.6``.
+- ``batch_matmul.py::_default_batch_matmul_config`` tiles ``M`` the same way:
+  ViT's attention P.V ([12,197,197] x [12,197,64]) runs at 0.40 of the speed on
+  200 rows; fitted ``(tile / 8) ** 0.44`` (Q.K^T, whose N is 197 too, lost only
+  6%: one point, the model is rough there).
+"""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from ..graph import Attrs, TensorType, Type
+
+# -mcpu values this LLVM (17) knows, by what get_simd_32bit_lanes answers for them
+# (checked against TVM in tests/test_channel_blocks.py).
+_AVX512BW_CPUS = frozenset({
+    "skylake-avx512", "skylake_avx512", "skx", "cascadelake", "cooperlake", "cannonlake",
+    "icelake-client", "icelake_client", "icelake-server", "icelake_server", "tigerlake", "rocketlake",
+    "sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d", "graniterapids_d",
+    "diamondrapids", "x86-64-v4", "znver4", "znver5",
+})
+# AVX2 (Knights Landing/Mill have AVX-512 F but not BW: TVM gives them 8 lanes)
+_AVX2_CPUS = frozenset({
+    "haswell", "broadwell", "skylake", "core-avx2", "core_4th_gen_avx", "core_4th_gen_avx_tsx",
+    "core_5th_gen_avx", "core_5th_gen_avx_tsx", "x86-64-v3", "znver1", "znver2", "znver3", "bdver4",
+    "alderlake", "raptorlake", "meteorlake", "arrowlake", "arrowlake-s", "arrowlake_s", "lunarlake",
+    "pantherlake", "gracemont", "sierraforest", "grandridge", "clearwaterforest",
+    "knl", "knm", "mic_avx512",
+})
+_AVX512F_ONLY_CPUS = frozenset({"knl", "knm", "mic_avx512"})
+# -mattr features that imply AVX-512 BW, and (any other +avx512*) AVX-512 F, in LLVM
+_IMPLY_BW = ("avx512bw", "avx512vbmi", "avx512vbmi2", "avx512bitalg", "avx512bf16", "avx512fp16")
+_X86_TRIPLE = re.compile(r"^(x86_64|amd64|i[3-6]86)")
+
+
+def _option(target: str, name: str) -> str | None:
+    m = re.search(rf"(?:^|\s)-{name}=(\S+)", target)
+    return m.group(1) if m else None
+
+
+def is_x86(target: str | None) -> bool:
+    """Whether ``target`` is an LLVM (or C) target for an x86 CPU: its ``-mtriple`` says so,
+    or, without one, its ``-mcpu`` is an x86 CPU (this TVM defaults a bare ``llvm`` to riscv64)."""
+    if not target:
+        return False
+    t = str(target)
+    if t.split()[0] not in ("llvm", "c"):
+        return False
+    triple = _option(t, "mtriple")
+    if triple is not None:
+        return bool(_X86_TRIPLE.match(triple))
+    cpu = _option(t, "mcpu")
+    return cpu is not None and (cpu in _AVX512BW_CPUS or cpu in _AVX2_CPUS or cpu.startswith("x86-64"))
+
+
+def simd_lanes(target: str | None) -> int | None:
+    """The fp32 SIMD lanes TVM's x86 schedules assume for ``target`` (16, 8 or 4, as
+    ``tvm.target.x86.get_simd_32bit_lanes`` answers: AVX-512 BW and F, AVX2, else), from
+    ``-mcpu`` and ``-mattr`` (``+avx512bw`` gives 16; ``+avx512f`` alone gives 8, as in TVM);
+    None for a target that is not x86 (GPUs, Arm, ...): no lane effect is modelled there."""
+    if not is_x86(target):
+        return None
+    t = str(target)
+    cpu = _option(t, "mcpu") or ""
+    feats: set[str] = set()
+    if cpu in _AVX512BW_CPUS:
+        feats = {"avx2", "avx512f", "avx512bw"}
+    elif cpu in _AVX2_CPUS:
+        feats = {"avx2"} | ({"avx512f"} if cpu in _AVX512F_ONLY_CPUS else set())
+    for attr in (_option(t, "mattr") or "").split(","):
+        name = attr[1:]
+        if attr.startswith("+"):
+            if name in _IMPLY_BW:
+                feats |= {"avx2", "avx512f", "avx512bw"}
+            elif name.startswith("avx512"):
+                feats |= {"avx2", "avx512f"}
+            elif name == "avx2":
+                feats.add("avx2")
+        elif attr.startswith("-"):
+            if name in ("avx", "avx2"):
+                feats.clear()
+            elif name == "avx512f":
+                feats -= {"avx512f", "avx512bw"}
+            elif name == "avx512bw":
+                feats.discard("avx512bw")
+    if {"avx512f", "avx512bw"} <= feats:
+        return 16
+    return 8 if "avx2" in feats else 4
+
+
+def _largest_divisor(n: int, at_most: int) -> int:
+    for bn in range(max(1, min(n, at_most)), 0, -1):
+        if n % bn == 0:
+            return bn
+    return 1
+
+
+def conv_kind(op: str, attrs: Attrs, input_types: Sequence[Type]) -> str | None:
+    """``"conv"``, ``"depthwise"`` or ``"group"`` for an fp32 NCHW ``nn.conv2d`` that TVM's x86
+    fallback schedules block by channels; None for anything else (other ops, other dtypes,
+    depthwise with a channel multiplier or dilation, which take TVM's generic schedule)."""
+    if op != "nn.conv2d" or len(input_types) != 2:
+        return None
+    x, w = input_types
+    if not (isinstance(x, TensorType) and isinstance(w, TensorType)) or x.ndim != 4 or w.ndim != 4:
+        return None
+    if x.dtype != "float32" or w.dtype != "float32" or attrs.get("data_layout", "NCHW") != "NCHW":
+        return None
+    groups = int(attrs.get("groups", 1))
+    if groups == 1:
+        return "conv"
+    c, o = x.shape[1], w.shape[0]
+    if groups == c and o % c == 0:  # TVM's is_depthwise_conv2d
+        if o != c or tuple(attrs.get("dilation", (1, 1))) != (1, 1):
+            return None
+        return "depthwise"
+    return "group"
+
+
+def channel_blocks(op: str, attrs: Attrs, input_types: Sequence[Type], lanes: int | None
+                   ) -> tuple[int, int] | None:
+    """(ic_bn, oc_bn): the channel blocks TVM's fallback schedule picks for this convolution
+    on a CPU of ``lanes`` fp32 lanes (per group for grouped ones), or None where no lane effect
+    applies (``lanes`` None, or not such a convolution, see :func:`conv_kind`)."""
+    kind = conv_kind(op, attrs, input_types) if lanes else None
+    if kind is None:
+        return None
+    x, w = input_types
+    groups = int(attrs.get("groups", 1))
+    if kind == "depthwise":
+        oc_bn = _largest_divisor(w.shape[0], lanes)
+        return oc_bn, oc_bn
+    out_per_group, in_per_group = w.shape[0] // groups, w.shape[1]
+    oc_bn = _largest_divisor(out_per_group, lanes)
+    return _largest_divisor(in_per_group, oc_bn), oc_bn
+
+
+#: efficiency = (oc_bn / lanes) ** EXPONENT[kind]: least squares on the log-seconds of
+#: bench/channel_blocks.py's sweep (212 kernels on a 16-lane Sapphire Rapids, one full-block speed
+#: per kind and spatial size; bench/results/channel_blocks.txt): 2-wide dense convolutions run at
+#: about a fifth of the full-block speed, 4-wide ones at a third. The input block adds nothing
+#: (its exponent fitted -0.12: 58->64 runs as fast as 64->64). Depthwise kernels are limited by
+#: more than the vector width and lose less; grouped ones (blocks within a group of few channels)
+#: lose more. The 8-lane check (AVX2 code, --target ...haswell, 44 kernels) fitted 0.90, 0.61
+#: and 1.49: at least these penalties on AVX2 CPUs.
+EXPONENT = {"conv": 0.73, "depthwise": 0.27, "group": 1.07}
+
+
+def lane_efficiency(op: str, attrs: Attrs, input_types: Sequence[Type], lanes: int | None) -> float:
+    """The share of its full-block speed a convolution runs at with the channel blocks TVM picks
+    on a CPU of ``lanes`` fp32 lanes (1.0 where no lane effect applies): its time is the
+    full-block time divided by this."""
+    blocks = channel_blocks(op, attrs, input_types, lanes)
+    if blocks is None:
+        return 1.0
+    return min(1.0, blocks[1] / lanes) ** EXPONENT[conv_kind(op, attrs, input_types)]
+
+
+#: efficiency of a width block / row tile ``b`` of at most ``full``: ``(min(b, full) / full) ** exponent``
+WIDTH_BLOCK = (8, 0.8)      # conv output width block (reg_n), kernels larger than 1x1
+DENSE_ROWS = (8, 0.6)       # dense_pack row tile
+BATCH_MATMUL_ROWS = (8, 0.44)  # batch_matmul row tile
+
+
+def width_block(op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type) -> int | None:
+    """``reg_n``, the output-width block of TVM's x86 fallback for a dense (groups 1)
+    convolution with a kernel larger than 1x1: the largest divisor of the output width up to
+    31; None for anything else."""
+    if conv_kind(op, attrs, input_types) != "conv" or not isinstance(out_type, TensorType):
+        return None
+    w = input_types[1]
+    if w.shape[2] == 1 and w.shape[3] == 1:
+        return None
+    return _largest_divisor(out_type.shape[3], 31)
+
+
+def _power2_tile(n: int, at_most: int = 8) -> int:
+    t = at_most
+    while t > 1 and n % t:
+        t //= 2
+    return t
+
+
+def row_tile(op: str, attrs: Attrs, input_types: Sequence[Type]) -> int | None:
+    """The row tile TVM's x86 fallback gives an fp32 ``nn.dense`` (rows of a 2-D ``x``) or
+    ``nn.batch_matmul`` (``M``, without transpose_a): the largest power of two up to 8
+    dividing the rows; None for anything else."""
+    if not input_types or not isinstance(input_types[0], TensorType) or input_types[0].dtype != "float32":
+        return None
+    x = input_types[0]
+    if op == "nn.dense" and x.ndim == 2:
+        return _power2_tile(x.shape[0])
+    if op == "nn.batch_matmul" and x.ndim == 3 and not attrs.get("transpose_a", False):
+        return _power2_tile(x.shape[1])
+    return None
+
+
+def _tile_efficiency(block: int | None, rule: tuple[int, float]) -> float:
+    if block is None:
+        return 1.0
+    full, exponent = rule
+    return (min(block, full) / full) ** exponent
+
+
+def schedule_efficiency(op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type,
+                        lanes: int | None) -> float:
+    """The share of its well-tiled speed a kernel runs at under TVM's x86 fallback schedules
+    on a CPU of ``lanes`` fp32 lanes: the lane efficiency of a convolution's channel blocks
+    times that of its output-width block, or a dense/batch_matmul's row tile; 1.0 where
+    none applies or the target is not x86 (``lanes`` None). Its time is the well-tiled time
+    divided by this."""
+    if not lanes:
+        return 1.0
+    eff = lane_efficiency(op, attrs, input_types, lanes)
+    eff *= _tile_efficiency(width_block(op, attrs, input_types, out_type), WIDTH_BLOCK)
+    rule = DENSE_ROWS if op == "nn.dense" else BATCH_MATMUL_ROWS
+    return eff * _tile_efficiency(row_tile(op, attrs, input_types), rule)
