@@ -104,6 +104,8 @@ def add_profile_command(subparsers) -> None:
     p.add_argument("--no-whole", action="store_true", help="do not time the whole inference as well")
     p.add_argument("--top", type=int, default=25, help="kernels listed (the slowest first; 0: all)")
     p.add_argument("--json", metavar="FILE", default=None, help="write the profile as JSON")
+    p.add_argument("--eqsat", action="store_true",
+                   help="profile the program EqSatPass (its defaults, for --target) returns instead")
     p.add_argument("-v", "--verbose", action="store_true", help="print the traceback of an internal error")
     p.set_defaults(func=run_profile)
 
@@ -143,9 +145,13 @@ def _run_profile(args) -> int:
         mod, params = load_model(args.model, args.small, args.batch, args.input_shapes)
     except (ValueError, OSError) as e:  # ModelFileError and ShapesError are ValueErrors
         return _bad(str(e))
+    eqsat = None
+    if args.eqsat:
+        mod, params, eqsat = optimized(mod, params, target)
     result = profile_module(mod, params, target, repeat=args.repeat, number=args.number,
                             min_repeat_ms=args.min_repeat_ms, whole=not args.no_whole)
-    result["model"] = args.model + (" (small)" if args.small else "")
+    result["model"] = args.model + (" (small)" if args.small else "") + (" after EqSatPass" if eqsat else "")
+    result["eqsat"] = eqsat
     print(format_profile(result, args.top))
     if args.json:
         with open(args.json, "w") as f:
@@ -155,6 +161,33 @@ def _run_profile(args) -> int:
 
 
 # -- profiling ---------------------------------------------------------------------------
+
+def make_pass(target: str):
+    """The pass ``--eqsat`` runs: EqSatPass with its defaults for ``target``."""
+    from .eqsat_pass import EqSatPass
+
+    return EqSatPass(target=target)
+
+
+def optimized(mod, params: dict | None, target: str) -> tuple[Any, None, str]:
+    """``(module, None, summary)``: ``mod`` with ``params`` bound, through ``EqSatPass`` with its
+    defaults for ``target`` (what a user's pipeline runs), and one line on what it did."""
+    from tvm import relay
+
+    from .eqsat_pass import bind_params
+
+    mod = relay.transform.InferType()(mod)
+    mod = bind_params(mod, params) if params else mod
+    p = make_pass(target)
+    out = p(mod)
+    rep = p.last_report or {}
+    rules = ", ".join(f"{name} x{n}" for name, n in sorted((rep.get("rules_fired") or {}).items(),
+                                                          key=lambda kv: -kv[1]))
+    text = (f"{'rewritten' if rep.get('changed') else 'kept its input'} ({rep.get('reason', '?')}); "
+            f"predicted {rep.get('predicted_speedup', 1.0):.3f}x"
+            + (f"; rules: {rules}" if rules and rep.get("changed") else ""))
+    return out, None, text
+
 
 def profile_module(mod, params: dict | None = None, target: str | None = None, repeat: int = 5, number: int = 1,
                    min_repeat_ms: int = 5, whole: bool = True) -> dict[str, Any]:
@@ -415,7 +448,10 @@ def format_profile(result: dict, top: int = 25) -> str:
              + (f"; whole inference (graph executor, median) {_ms(result['whole_seconds'])} ms"
                 if result.get("whole_seconds") is not None else ""),
              f"timing:  debug executor, median of {result['repeat']} timings per kernel "
-             f"(each >= {result['number']} runs and >= {result['min_repeat_ms']} ms)", ""]
+             f"(each >= {result['number']} runs and >= {result['min_repeat_ms']} ms)"]
+    if result.get("eqsat"):
+        lines.append(f"eqsat:   {result['eqsat']}")
+    lines.append("")
     kinds = [[kind, str(v["kernels"]), _ms(v["seconds"]), f"{100 * v['share']:.1f}%"]
              for kind, v in sorted(result["kinds"].items(), key=lambda kv: -kv[1]["seconds"])]
     lines += _table(["kind", "kernels", "ms", "share"], kinds, {0}) + [""]

@@ -44,6 +44,24 @@ def test_profile_zoo_model(tmp_path, capsys):
         assert needle in text
 
 
+def test_profile_after_the_pass(tmp_path, capsys, monkeypatch):
+    """--eqsat profiles what EqSatPass returns (its defaults; here without measuring, so the test
+    is fast): the header says what the pass did, the kernels are the returned program's."""
+    import relay_eqsat.passes.profile as profile_mod
+    from relay_eqsat.passes import EqSatPass
+
+    monkeypatch.setattr(profile_mod, "make_pass", lambda target: EqSatPass(target=target, check_runtime="off",
+                                                                         calibrate="off", min_gain=0.0))
+    out = tmp_path / "p.json"
+    status = main(["profile", "zoo:nasnet_a", "--small", *QUICK, "--top", "3", "--json", str(out), "--eqsat"])
+    text = capsys.readouterr().out
+    assert status == 0, text
+    result = json.loads(out.read_text())
+    assert result["model"].endswith("after EqSatPass") and result["eqsat"]
+    assert "eqsat:   " in text and ("rewritten" in result["eqsat"] or "kept its input" in result["eqsat"])
+    assert result["kernels"] and all(k["seconds"] > 0 for k in result["kernels"])
+
+
 def test_profile_bad_model_exits_2(tmp_path, capsys):
     assert main(["profile", str(tmp_path / "missing.onnx")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
