@@ -1,12 +1,13 @@
 """Time (and optionally profile) MCTS on zoo models at the issue-6 settings.
 
 For each model: node limit 2,000, budget 128, at most 10 simulation steps,
-OCF greedy rewards, ILP-ACyc final extraction, analytic cost (--cost). Prints the
+merge-aware greedy rewards (--reward; greedy-ocf: the paper's), ILP-ACyc final
+extraction, analytic cost (--cost). Prints the
 optimizer's summary, the search/extract times and the MCTS counters; with
 ``--profile`` also the top functions of a cProfile run (cumulative and own
 time).
 
-    python bench/mcts_profile.py [--models bert,squeezenet] [--budget 128] [--profile]
+    python bench/mcts_profile.py [--models bert,squeezenet] [--budget 128] [--reward greedy-merge] [--profile]
                                  [--time-limit 600] [--small] [--top 35] [--json out.json]
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ def run_model(name: str, args) -> dict:
     g = from_relay(mod, params)
     t_load = time.perf_counter() - t0
     opts = {"search": "mcts", "node_limit": args.node_limit, "budget": args.budget,
-            "max_sim_steps": args.max_sim_steps, "final_extractor": args.final_extractor,
+            "max_sim_steps": args.max_sim_steps, "extractor": args.reward, "final_extractor": args.final_extractor,
             "cost": args.cost, "time_limit": args.time_limit, "seed": args.seed}
     prof = cProfile.Profile() if args.profile else None
     t0 = time.perf_counter()
@@ -67,6 +68,7 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=128)
     ap.add_argument("--max-sim-steps", type=int, default=10)
     ap.add_argument("--final-extractor", default="ilp-acyc")
+    ap.add_argument("--reward", default="greedy-merge", help="extractor scoring the rollouts")
     ap.add_argument("--time-limit", type=float, default=600.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cost", default="analytic", help="cost model kind (the pass uses auto)")

@@ -118,7 +118,8 @@ class Option:
 _OPTIONS: list[Option] = [
     Option("search", str, "tensat", "scheduler: tensat (every rule per iteration), mcts or none",
            choices=_searches),
-    Option("extractor", str, "greedy-ocf", "extractor scoring MCTS rollouts", choices=_extractors),
+    Option("extractor", str, "greedy-merge", "extractor scoring MCTS rollouts (greedy-merge sees merged "
+           "operators, greedy-ocf does not)", choices=_extractors),
     Option("final_extractor", str, "ilp-acyc",
            "extractor for the result (ilp-acyc falls back to OCF greedy on time-out)", choices=_extractors),
     Option("cost", object, "auto", "cost model: auto (measured, else learned, else roofline), measured, "

@@ -391,7 +391,7 @@ def test_greedy_ocf_is_fast_on_a_large_tensor_like_egraph():
 
 
 def test_registry():
-    assert set(EXTRACTORS) == {"greedy", "greedy-ocf", "ilp-topo", "ilp-acyc", "maxsat"}
+    assert set(EXTRACTORS) == {"greedy", "greedy-ocf", "greedy-merge", "ilp-topo", "ilp-acyc", "maxsat"}
     with pytest.raises(ValueError):
         get_extractor("simplex")
     with pytest.raises(ValueError):

@@ -52,7 +52,8 @@ def test_02_tvmc():
 def test_03_extractors():
     text = run_tutorial("03_extractors.py", "--small", "--model", "squeezenet", "--time-limit", "10")
     costs = {m.group(1): float(m.group(2)) for m in re.finditer(r"^(\S+)\s+([\d.]+)\s+(True|False)", text, re.M)}
-    assert set(costs) == {"greedy", "greedy-ocf", "ilp-topo", "ilp-acyc", "maxsat"}, text
+    assert set(costs) == {"greedy", "greedy-ocf", "greedy-merge", "ilp-topo", "ilp-acyc", "maxsat"}, text
+    assert costs["greedy-merge"] <= costs["greedy-ocf"] + 1e-9  # merge-aware: never above OCF
     # the exact extractors are never worse than the greedy ones on the same problem
     assert costs["ilp-acyc"] <= costs["greedy-ocf"] + 1e-9 and costs["ilp-topo"] <= costs["greedy"] + 1e-9
     assert re.search(r"^ilp-acyc\s+\S+\s+True", text, re.M), "ilp-acyc proves optimality on a small model"

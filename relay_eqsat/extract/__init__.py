@@ -5,6 +5,7 @@ Every extractor consumes an ``ExtractionProblem`` and returns a ``Solution``
 
     greedy       bottom-up greedy, default (tree) cost; the baseline
     greedy-ocf   bottom-up greedy, sharing-aware cost (Hartmann et al. 2024)
+    greedy-merge greedy-ocf, then group moves that let the pieces of a merged operator share it
     ilp-topo     TENSAT's ILP with topological-order variables
     ilp-acyc     He et al.'s ILP with acyclic constraints per class cycle
     maxsat       He et al.'s acyclic weighted partial MaxSAT
@@ -14,8 +15,9 @@ it flattens it with ``egraph_problem(egraph, cost, [root])``, extracts, and
 returns ``(build_graph(egraph, problem, choice), cost)``: a TensorGraph and its
 cost (egraph_io.py; the e-graph itself only exposes its arrays);
 ``extract_graph`` returns the TensorGraph with the whole Solution.
-``ocf_cost(egraph, costs, root)`` is greedy-ocf's cost straight from the
-e-graph's arrays: the MCTS reward.
+``ocf_cost(egraph, costs, root)`` and ``merge_cost(egraph, costs, root)``
+are greedy-ocf's and greedy-merge's costs straight from the e-graph's arrays:
+the MCTS rewards.
 Every solution is validated (complete, acyclic, roots chosen, nothing
 blacklisted) before it is returned; a violation raises ExtractionError.
 """
@@ -28,6 +30,7 @@ from .egraph_io import NodeCosts, build_graph, egraph_problem
 from .greedy import greedy_dcf, greedy_ocf, ocf_cost
 from .ilp import ilp_acyc, ilp_topo
 from .maxsat import maxsat
+from .merge_greedy import greedy_merge, merge_cost
 from .problem import ExtractionProblem, Solution
 from .validate import (ExtractionError, InfeasibleError, reachable_classes, solution_cost,
                        validate_solution)
@@ -35,8 +38,8 @@ from .validate import (ExtractionError, InfeasibleError, reachable_classes, solu
 __all__ = [
     "ExtractionProblem", "Solution", "Extractor", "get_extractor", "EXTRACTORS", "solution_cost",
     "validate_solution", "reachable_classes", "ExtractionError", "InfeasibleError",
-    "greedy_dcf", "greedy_ocf", "ilp_topo", "ilp_acyc", "maxsat",
-    "NodeCosts", "egraph_problem", "build_graph", "ocf_cost",
+    "greedy_dcf", "greedy_ocf", "greedy_merge", "ilp_topo", "ilp_acyc", "maxsat",
+    "NodeCosts", "egraph_problem", "build_graph", "ocf_cost", "merge_cost",
 ]
 
 
@@ -100,6 +103,7 @@ EXTRACTORS: dict[str, tuple[Callable[..., Solution], bool, bool]] = {
     # name: (function, exact, takes a time limit)
     "greedy": (greedy_dcf, False, False),
     "greedy-ocf": (greedy_ocf, False, False),
+    "greedy-merge": (greedy_merge, False, False),
     "ilp-topo": (ilp_topo, True, True),
     "ilp-acyc": (ilp_acyc, True, True),
     "maxsat": (maxsat, True, True),
