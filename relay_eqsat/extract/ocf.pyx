@@ -12,6 +12,8 @@ import numpy as np
 
 from libc.stdint cimport int32_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
+
+from relay_eqsat.extract.scratch cimport Scratch
 from libc.string cimport memcpy, memset
 
 
@@ -66,36 +68,6 @@ cdef Py_ssize_t _heap_pop(double* hval, int32_t* hnode, Py_ssize_t size) noexcep
     return size
 
 
-cdef class _Buffers:
-    """Scratch arrays of one run, freed together."""
-    cdef void** ptrs
-    cdef Py_ssize_t n, cap
-
-    def __cinit__(self):
-        self.cap = 32
-        self.n = 0
-        self.ptrs = <void**> malloc(self.cap * sizeof(void*))
-        if self.ptrs == NULL:
-            raise MemoryError()
-
-    cdef void* take(self, Py_ssize_t nbytes) except NULL:
-        cdef void* p
-        if self.n == self.cap:
-            raise RuntimeError("out of scratch slots")
-        p = malloc(nbytes if nbytes > 0 else 1)
-        if p == NULL:
-            raise MemoryError()
-        self.ptrs[self.n] = p
-        self.n += 1
-        return p
-
-    def __dealloc__(self):
-        cdef Py_ssize_t i
-        for i in range(self.n):
-            free(self.ptrs[i])
-        free(self.ptrs)
-
-
 def ocf_choice(const int32_t[::1] node_class, const int32_t[::1] child_start, const int32_t[::1] children,
                const double[::1] node_cost, const uint8_t[::1] blacklisted, Py_ssize_t num_classes,
                roots, bint stop_at_roots=True):
@@ -116,7 +88,7 @@ def ocf_choice(const int32_t[::1] node_class, const int32_t[::1] child_start, co
         raise ValueError("node_class, child_start (one longer), node_cost and blacklisted must match")
     result = np.full(C, -1, dtype=np.int32)
     cdef int32_t[::1] choice = result
-    cdef _Buffers buf = _Buffers()
+    cdef Scratch buf = Scratch()
     cdef int32_t* dk_off = <int32_t*> buf.take((N + 1) * sizeof(int32_t))  # distinct children, CSR
     cdef int32_t* dk = <int32_t*> buf.take(M * sizeof(int32_t))
     cdef int32_t* pending = <int32_t*> buf.take(N * sizeof(int32_t))       # children not yet finalized
@@ -312,7 +284,7 @@ def dag_cost(const int32_t[::1] choice, const int32_t[::1] child_start, const in
     cdef int32_t c, n
     cdef double total = 0.0
     cdef list root_list = [int(r) for r in roots]
-    cdef _Buffers buf = _Buffers()
+    cdef Scratch buf = Scratch()
     cdef int32_t* stack = <int32_t*> buf.take((len(root_list) + children.shape[0] + 1) * sizeof(int32_t))
     cdef uint8_t* seen = <uint8_t*> buf.take(C * sizeof(uint8_t))
     memset(seen, 0, C * sizeof(uint8_t))

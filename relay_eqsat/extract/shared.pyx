@@ -15,38 +15,9 @@ arrays are stamped with a counter instead of cleared.
 import numpy as np
 
 from libc.stdint cimport int32_t, int64_t, uint8_t
-from libc.stdlib cimport free, malloc
+
+from relay_eqsat.extract.scratch cimport Scratch
 from libc.string cimport memset
-
-
-cdef class _Scratch:
-    """Scratch arrays of one run, freed together."""
-    cdef void** ptrs
-    cdef Py_ssize_t n, cap
-
-    def __cinit__(self):
-        self.cap = 32
-        self.n = 0
-        self.ptrs = <void**> malloc(self.cap * sizeof(void*))
-        if self.ptrs == NULL:
-            raise MemoryError()
-
-    cdef void* take(self, Py_ssize_t nbytes) except NULL:
-        cdef void* p
-        if self.n == self.cap:
-            raise RuntimeError("out of scratch slots")
-        p = malloc(nbytes if nbytes > 0 else 1)
-        if p == NULL:
-            raise MemoryError()
-        self.ptrs[self.n] = p
-        self.n += 1
-        return p
-
-    def __dealloc__(self):
-        cdef Py_ssize_t i
-        for i in range(self.n):
-            free(self.ptrs[i])
-        free(self.ptrs)
 
 
 cdef struct _Dag:
@@ -152,7 +123,7 @@ def improve_shared(const int32_t[::1] node_class, const int32_t[::1] child_start
     for r in root_list:
         if not 0 <= r < C:
             raise ValueError(f"root class {r} is out of range")
-    cdef _Scratch buf = _Scratch()
+    cdef Scratch buf = Scratch()
     cdef _Dag g
     g.node_class = &node_class[0] if N else NULL
     g.child_start = &child_start[0]
