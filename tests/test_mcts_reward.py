@@ -1,14 +1,13 @@
 """The merge-aware rollout reward (greedy-merge) and the MCTS that uses it."""
 from __future__ import annotations
 
-import itertools
 import random
 
 import numpy as np
 import pytest
 
 from relay_eqsat.egraph import EGraph
-from relay_eqsat.extract import (ExtractionError, ExtractionProblem, InfeasibleError, NodeCosts, egraph_problem,
+from relay_eqsat.extract import (ExtractionProblem, InfeasibleError, NodeCosts, egraph_problem,
                                  get_extractor, greedy_merge, greedy_ocf, ilp_acyc, merge_cost, ocf_cost,
                                  solution_cost, validate_solution)
 from relay_eqsat.extract.shared import improve_shared
@@ -18,6 +17,7 @@ from relay_eqsat.rules import parse_rules
 from relay_eqsat.search.base import Limits
 from relay_eqsat.search.mcts import MCTS, EGraphEnvironment, MCTSOptions, MCTSScheduler
 from relay_eqsat.search.tensat import TensatScheduler
+from test_extract import brute_force_optimum  # the one exhaustive reference
 
 
 def problem(classes: dict[str, list[tuple[float, list[str]]]], root: str) -> ExtractionProblem:
@@ -31,19 +31,6 @@ def problem(classes: dict[str, list[tuple[float, list[str]]]], root: str) -> Ext
             cost.append(node_cost)
     return ExtractionProblem(node_class=node_class, node_children=children, node_cost=cost, roots=[index[root]],
                              class_key=list(classes))
-
-
-def brute_force_optimum(p: ExtractionProblem) -> float:
-    options = [[n for n in p.class_nodes[c] if not p.blacklisted[n]] or [None] for c in range(p.num_classes)]
-    best = float("inf")
-    for combo in itertools.product(*options):
-        choice = {c: n for c, n in enumerate(combo) if n is not None}
-        try:
-            validate_solution(p, choice)
-        except ExtractionError:
-            continue
-        best = min(best, solution_cost(p, choice))
-    return best
 
 
 def merge_problem() -> ExtractionProblem:
