@@ -17,20 +17,7 @@ from relay_eqsat.rules import parse_rules
 from relay_eqsat.search.base import Limits
 from relay_eqsat.search.mcts import MCTS, EGraphEnvironment, MCTSOptions, MCTSScheduler
 from relay_eqsat.search.tensat import TensatScheduler
-from test_extract import brute_force_optimum  # the one exhaustive reference
-
-
-def problem(classes: dict[str, list[tuple[float, list[str]]]], root: str) -> ExtractionProblem:
-    """A problem from {class: [(cost, [child classes]), ...]}, classes indexed in that order."""
-    index = {c: i for i, c in enumerate(classes)}
-    node_class, children, cost = [], [], []
-    for c, nodes in classes.items():
-        for node_cost, kids in nodes:
-            node_class.append(index[c])
-            children.append(tuple(index[k] for k in kids))
-            cost.append(node_cost)
-    return ExtractionProblem(node_class=node_class, node_children=children, node_cost=cost, roots=[index[root]],
-                             class_key=list(classes))
+from test_extract import brute_force_optimum, problem  # the exhaustive reference, the problem builder
 
 
 def merge_problem() -> ExtractionProblem:
@@ -45,7 +32,7 @@ def merge_problem() -> ExtractionProblem:
         "m": [(12, ["x", "k"])],
         "k": [(0, ["w1", "w2"])],
         "x": [(0, [])], "w1": [(0, [])], "w2": [(0, [])],
-    }, "out")
+    }, ["out"])
 
 
 def test_ocf_misses_the_merge_greedy_merge_finds_it():
@@ -70,7 +57,7 @@ def test_a_better_pairing_replaces_the_first_one():
         "b": [(10, ["x"]), (0, ["s_ab"]), (0, ["s_bc"])],
         "c": [(10, ["x"]), (0, ["s_bc"])],
         "x": [(0, [])],
-    }, "out")
+    }, ["out"])
     assert greedy_ocf(p).cost == 31
     s = greedy_merge(p)
     assert s.cost == 23 == brute_force_optimum(p)  # a alone (10), b and c merged (2), out (1)
@@ -85,7 +72,7 @@ def test_group_moves_never_close_a_cycle():
         "b": [(10, ["x"]), (0, ["s"])],
         "s": [(1, ["a"])],
         "x": [(0, [])],
-    }, "out")
+    }, ["out"])
     s = greedy_merge(p)
     validate_solution(p, s.choice)
     assert s.cost == 21 == greedy_ocf(p).cost

@@ -13,7 +13,7 @@ import numpy as np
 from libc.stdint cimport int32_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 
-from relay_eqsat.extract.scratch cimport Scratch
+from relay_eqsat.extract.scratch cimport Scratch, check_csr
 from libc.string cimport memcpy, memset
 
 
@@ -109,16 +109,7 @@ def ocf_choice(const int32_t[::1] node_class, const int32_t[::1] child_start, co
     cdef uint64_t* pool = NULL
     cdef int32_t* freelist = NULL
     cdef void* grown
-    if child_start[0] != 0 or child_start[N] != M:
-        raise ValueError("child_start must run from 0 to len(children)")
-    for n in range(N):
-        if node_class[n] < 0 or node_class[n] >= C:
-            raise ValueError(f"node {n}'s class {node_class[n]} is out of range")
-        if child_start[n + 1] < child_start[n]:
-            raise ValueError("child_start must be nondecreasing")
-    for j in range(M):
-        if children[j] < 0 or children[j] >= C:
-            raise ValueError(f"child class {children[j]} is out of range")
+    check_csr(node_class, child_start, children, C)
     memset(is_root, 0, C * sizeof(uint8_t))
     for r in roots:
         if 0 <= r < C and not is_root[r]:

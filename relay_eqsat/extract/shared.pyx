@@ -16,7 +16,7 @@ import numpy as np
 
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
-from relay_eqsat.extract.scratch cimport Scratch
+from relay_eqsat.extract.scratch cimport Scratch, check_csr
 from libc.string cimport memset
 
 
@@ -105,16 +105,7 @@ def improve_shared(const int32_t[::1] node_class, const int32_t[::1] child_start
     cdef int64_t ustamp = 0, tstamp = 0
     if child_start.shape[0] != N + 1 or node_cost.shape[0] != N or blacklisted.shape[0] != N:
         raise ValueError("node_class, child_start (one longer), node_cost and blacklisted must match")
-    if child_start[0] != 0 or child_start[N] != M:
-        raise ValueError("child_start must run from 0 to len(children)")
-    for n in range(N):
-        if node_class[n] < 0 or node_class[n] >= C:
-            raise ValueError(f"node {n}'s class {node_class[n]} is out of range")
-        if child_start[n + 1] < child_start[n]:
-            raise ValueError("child_start must be nondecreasing")
-    for j in range(M):
-        if children[j] < 0 or children[j] >= C:
-            raise ValueError(f"child class {children[j]} is out of range")
+    check_csr(node_class, child_start, children, C)
     for c in range(C):
         n = choice[c]
         if n >= N or (n >= 0 and node_class[n] != c):
