@@ -14,7 +14,7 @@ from relay_eqsat.extract import (EXTRACTORS, ExtractionError, ExtractionProblem,
                                  solution_cost, validate_solution)
 from relay_eqsat.extract.cycles import (class_graph, cycle_basis, dfs_cycle_blacklist, find_cycle_in_choice,
                                         nodes_on_cycles, simple_cycles, strongly_connected_components)
-from relay_eqsat.extract.presolve import integer_weights, reduce_problem
+from relay_eqsat.extract.presolve import integer_weights, reduce_problem, tie_break_weights, undominated
 from relay_eqsat.serialize import load_problem
 
 DATA = Path(__file__).parent / "data"
@@ -355,6 +355,51 @@ def test_integer_weights_keep_ranking():
     assert abs(w[6] / scale - 3.0) < 1e-6
     w, scale = integer_weights(np.array([0, 2, 7.0]))
     assert scale == 1.0 and list(w) == [0, 2, 7]
+
+
+def test_dominated_nodes_get_no_variable():
+    # class r: a commuted duplicate (same cost, same children), a dearer node with a superset of children,
+    # a cheaper node with other children (kept), a dearer node with fewer children (kept)
+    p = problem({"r": [(2.0, ["a", "b"]), (2.0, ["b", "a"]), (3.0, ["a", "b", "c"]), (1.0, ["c"]), (5.0, [])],
+                 "a": [(1.0, [])], "b": [(1.0, [])], "c": [(4.0, [])]}, ["r"])
+    red = reduce_problem(p)
+    assert red.class_nodes[0] == [0, 3, 4]
+    assert [n for n, _ in undominated([(7, (1, 2)), (5, (1, 2)), (6, (1,))], np.array([0.0] * 5 + [2.0, 2.0, 2.0]))] == [6]
+    for name in EXACT:
+        assert get_extractor(name).extract(p).cost == brute_force_optimum(p) == 4.0
+
+
+def tied_problem(n_pairs: int) -> ExtractionProblem:
+    """A root needing ``n_pairs`` classes, each with two equal-cost nodes over different (equal-cost) leaves:
+    2**n_pairs optima."""
+    classes = {"r": [(1.0, [f"p{i}" for i in range(n_pairs)])]}
+    for i in range(n_pairs):
+        classes[f"p{i}"] = [(0.25, [f"a{i}"]), (0.25, [f"b{i}"])]
+        classes[f"a{i}"] = [(0.5, [])]
+        classes[f"b{i}"] = [(0.5, [])]
+    return problem(classes, ["r"])
+
+
+@pytest.mark.parametrize("name,options", [("ilp-acyc", {}), ("ilp-topo", {})])
+def test_exact_extraction_is_the_same_run_to_run(name, options):
+    # CP-SAT's parallel workers return whichever optimum they find first; the tie-broken weights make it one
+    p = tied_problem(300)
+    choices = set()
+    for _ in range(4):
+        s = get_extractor(name, **options).extract(p, time_limit=30)
+        assert s.optimal and abs(s.cost - (1.0 + 300 * 0.75)) < 1e-9
+        choices.add(tuple(sorted(s.choice.items())))
+    assert len(choices) == 1
+
+
+def test_tie_break_weights():
+    node_class = np.array([0, 0, 1, 1, 2])
+    w = np.array([4, 4, 0, 7, 1], dtype=np.int64)
+    tied, parts, slack = tie_break_weights(w, range(5), node_class, exact=True)
+    assert np.all(tied // parts == w) and len(set(tied[:2])) == 2  # order kept, the tie broken
+    assert slack < parts  # exact: sum of tie-breaks below one weight unit
+    tied, parts, slack = tie_break_weights(w, range(5), node_class, exact=False)
+    assert np.all(tied // parts == w) and slack <= 3 * (parts - 1)
 
 
 def test_greedy_is_acyclic_and_complete_on_random_graphs():

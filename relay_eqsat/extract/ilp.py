@@ -23,7 +23,9 @@ They differ in how cycles are forbidden:
   cycle it contains, if any, is added as a cut before solving again.
 
 Solvers: OR-Tools CP-SAT (default; the objective uses integer weights from
-presolve.integer_weights) or SCIP through pywraplp (real costs). The OCF greedy
+presolve.integer_weights, tie-broken by presolve.tie_break_weights so that its
+parallel workers agree on one program among equal-cost optima) or SCIP through
+pywraplp (real costs). The OCF greedy
 solution is given as a hint. Under a time limit the best feasible solution is
 returned with optimal=False; if the solver found none, the greedy solution is
 returned and the status says so. Every returned choice is validated.
@@ -37,7 +39,7 @@ import numpy as np
 
 from .cycles import acyclic_groups, cyclic_components, cycle_basis, find_cycle_in_choice, simple_cycles
 from .greedy import greedy_ocf
-from .presolve import Reduced, integer_weights, reduce_problem
+from .presolve import Reduced, integer_weights, reduce_problem, tie_break_weights
 from .problem import ExtractionProblem, Solution
 from .validate import ExtractionError, solution_cost, validate_solution
 
@@ -258,7 +260,8 @@ def topological_ranks(problem: ExtractionProblem, choice: dict[int, int], roots:
 class Encoding:
     """Variables and constraints shared by ILP-Topo, ILP-ACyc (and reused by MaxSAT's clause view)."""
 
-    def __init__(self, backend, problem: ExtractionProblem, red: Reduced, integral_weights: bool) -> None:
+    def __init__(self, backend, problem: ExtractionProblem, red: Reduced, integral_weights: bool,
+                 tie_break: bool = False) -> None:
         self.backend = backend
         self.problem = problem
         self.red = red
@@ -272,8 +275,13 @@ class Encoding:
         for n in nodes:
             for d in red.child_sets[n]:
                 backend.clause([(self.x[n], False)] + [(self.x[m], True) for m in red.class_nodes[d]])
+        self.tie_slack = 0  # the tie-break's share of a solver bound (see presolve.tie_break_weights)
         if integral_weights:
             weights, self.scale = integer_weights(problem.node_cost[nodes] if nodes else np.zeros(0))
+            if tie_break:
+                weights, parts, self.tie_slack = tie_break_weights(weights, nodes, problem.node_class,
+                                                                   exact=self.scale == 1.0)
+                self.scale *= parts
         else:
             weights, self.scale = problem.node_cost[nodes], 1.0
         backend.minimize([self.x[n] for n in nodes], list(weights))
@@ -327,7 +335,7 @@ def _solve_loop(problem, red, roots, enc: Encoding, warm: Solution, time_limit, 
             validate_solution(problem, choice, roots)
             info = dict(extra_info, solver_status=status, lazy_rounds=rounds, cycles=enc.num_cycles,
                         variables=len(enc.backend.vars), constraints=enc.backend.num_constraints,
-                        weight_scale=enc.scale, bound=bound)
+                        weight_scale=enc.scale, bound=None if bound is None else bound - enc.tie_slack)
             return Solution(choice=choice, cost=solution_cost(problem, choice, roots), optimal=optimal,
                             status=status, solve_time=solve_time, encode_time=encode_time, info=info)
         key = frozenset(cycle)
@@ -359,12 +367,15 @@ def _hint_nodes(enc: Encoding, warm: Solution) -> dict[int, float]:
 
 def ilp_topo(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, time_limit: float | None = None,
              solver: str = "cp-sat", order: str = "int", order_scope: str = "all", warm_start: bool = True,
-             threads: int | None = None) -> Solution:
+             threads: int | None = None, tie_break: bool = True) -> Solution:
     """TENSAT's ILP with topological-order variables.
 
     order: "int" (0..M-1) or "real" (0..1, SCIP only). order_scope: "all" puts
     an order variable on every relevant class, as TENSAT does; "scc" only on
     classes inside cyclic SCCs (edges between SCCs cannot close a cycle).
+    tie_break (CP-SAT): break equal-cost ties by fixed per-node values, so runs
+    agree on one program (see presolve.tie_break_weights); it can make proving
+    optimality slower on e-graphs with many equal-cost alternatives.
     """
     if order not in ("int", "real"):
         raise ValueError("order must be 'int' or 'real'")
@@ -372,7 +383,8 @@ def ilp_topo(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, 
         raise ValueError("order_scope must be 'all' or 'scc'")
     started, roots, red, warm = prepare(problem, roots)
     backend = _backend(solver)
-    enc = Encoding(backend, problem, red, integral_weights=(solver == "cp-sat"))
+    enc = Encoding(backend, problem, red, integral_weights=(solver == "cp-sat"),
+                   tie_break=tie_break and solver == "cp-sat")
     if order_scope == "all":
         component = {c: 0 for c in red.classes}
     else:
@@ -444,18 +456,19 @@ def encode_cycles(enc: Encoding, cycles: Iterable[Sequence[int]]) -> None:
 
 def ilp_acyc(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, time_limit: float | None = None,
              solver: str = "cp-sat", cycles: str = "auto", max_cycles: int | None = DEFAULT_MAX_CYCLES,
-             warm_start: bool = True, threads: int | None = None) -> Solution:
+             warm_start: bool = True, threads: int | None = None, tie_break: bool = True) -> Solution:
     """He et al.'s ILP-ACyc: acyclic constraints per class cycle instead of order variables.
 
     cycles: "all" (Johnson, at most ``max_cycles``), "basis" (one cycle per
     non-tree edge of each SCC), "lazy" (none up front), or "auto" (all of
     them if Johnson finds no more than ``max_cycles``, else the basis). Unless
     all cycles were enumerated, each solution is checked and a cycle it
-    contains is added before solving again.
+    contains is added before solving again. tie_break: as for :func:`ilp_topo`.
     """
     started, roots, red, warm = prepare(problem, roots)
     backend = _backend(solver)
-    enc = Encoding(backend, problem, red, integral_weights=(solver == "cp-sat"))
+    enc = Encoding(backend, problem, red, integral_weights=(solver == "cp-sat"),
+                   tie_break=tie_break and solver == "cp-sat")
     found, complete = enumerate_cycles(problem, red, cycles, max_cycles, enumeration_deadline(started, time_limit))
     encode_cycles(enc, found)
     if warm_start:
