@@ -64,3 +64,20 @@ def test_04_measure_costs():
     assert _float(r"measured (\d+)/4", text) >= 3
     assert "learned model (trained on these samples):" in text
     assert _float(r"graph cost under 'auto' with this cache: (\S+) ms", text) > 0
+
+
+def test_05_regression_suite():
+    text = run_tutorial("05_regression_suite.py", "--small", timeout=400)
+    # the first run writes a snapshot per test; the ONNX model's token ids (int64) are drawn in range
+    assert "test_models.py::test_zoo_model[bert]: zoo:bert (small), cost " in text
+    assert "2 eqsat calls; snapshots: 2 written" in text
+    assert '"target": "llvm -mtriple=x86_64-linux-gnu -mcpu=znver4"' in text
+    # the regressed snapshot fails with a readable message
+    assert "EqSatSnapshotMismatch: eqsat snapshot differs: __eqsat_snapshots__/test_models/test_onnx_model.json" in text
+    assert re.search(r"predicted cost after: \S+ ms -> \S+ ms \(\+11\.1%, tolerance 1\.0%\): regressed", text)
+    assert "fingerprint: 'sha256:0123456789abcdef' -> 'sha256:" in text
+    assert "run pytest with --eqsat-update-snapshots to accept this run's result" in text
+    # --eqsat-update-snapshots fixes it
+    assert "test_models.py::test_onnx_model: embed.onnx, cost " in text and "1 eqsat call; snapshots: 1 updated" in text
+    last = text.split("$ pytest   (exit status 0)")[-1]
+    assert "2 eqsat calls; snapshots: 2 matched" in last and "2 passed" in last
