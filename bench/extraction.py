@@ -17,11 +17,18 @@ of every zoo model.
 
     python bench/extraction.py [--models all] [--small] [--k-multi 1,2] [--node-limit 20000]
                                [--time-limit 60] [--cost auto] [--no-dump]
+                               [--extractors greedy-ocf,ilp-acyc,ilp-acyc+tie_break=0] [--repeat 3]
+
+An extractor may carry options (``name+key=value``); ``--repeat`` runs each
+several times and counts the different programs they chose (CP-SAT's parallel
+workers pick among equal-cost optima at random unless its weights are
+tie-broken, the default).
 """
 from __future__ import annotations
 
 import gzip
 import json
+import statistics
 from pathlib import Path
 
 import runtime_stats
@@ -64,26 +71,52 @@ def dump(problem, path: Path) -> Path:
     return path
 
 
-def run_extractors(problem, names, time_limit: float, solver: str) -> dict:
-    """Solve ``problem`` with each extractor; name -> result dict (errors recorded, not raised)."""
+def parse_spec(spec: str) -> tuple[str, dict]:
+    """``name[+key=value...]`` (e.g. ``ilp-acyc+tie_break=0``): the extractor and its options."""
+    name, *pairs = spec.split("+")
+    options = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return name, options
+
+
+def is_exact(spec: str) -> bool:
+    return parse_spec(spec)[0] in EXACT
+
+
+def run_extractors(problem, names, time_limit: float, solver: str, repeat: int = 1) -> dict:
+    """Solve ``problem`` with each extractor spec ``repeat`` times; spec -> result dict (errors
+    recorded, not raised): the last run's cost and status, the median wall time, and how many
+    different choices the runs returned (``programs``: 1 when the extractor is deterministic)."""
     from relay_eqsat.extract import get_extractor
 
     out = {}
-    for name in names:
-        options = {"solver": solver} if name in ("ilp-topo", "ilp-acyc") else {}
+    for spec in names:
+        name, options = parse_spec(spec)
+        if name in ("ilp-topo", "ilp-acyc"):
+            options.setdefault("solver", solver)
         try:
-            with runtime_stats.stopwatch() as wall:
-                sol = get_extractor(name, **options).solve(problem, time_limit=time_limit)
-            out[name] = {"cost": sol.cost, "optimal": bool(sol.optimal), "status": sol.status,
-                         "time": wall(), "solve_time": sol.solve_time, "encode_time": sol.encode_time}
+            times, choices = [], set()
+            for _ in range(repeat):
+                with runtime_stats.stopwatch() as wall:
+                    sol = get_extractor(name, **options).solve(problem, time_limit=time_limit)
+                times.append(wall())
+                choices.add(tuple(sorted(sol.choice.items())))
+            out[spec] = {"cost": sol.cost, "optimal": bool(sol.optimal), "status": sol.status,
+                         "time": statistics.median(times), "times": times, "programs": len(choices),
+                         "solve_time": sol.solve_time, "encode_time": sol.encode_time}
         except Exception as e:  # noqa: BLE001 - a failing extractor is a result too
-            out[name] = {"error": f"{type(e).__name__}: {e}"}
+            out[spec] = {"error": f"{type(e).__name__}: {e}"}
     return out
 
 
 def summarize(res: dict) -> dict:
     """Optimum, OCF gap and exact-solver time ratios of one e-graph's results."""
-    optimal = [r["cost"] for n, r in res.items() if n in EXACT and r.get("optimal")]
+    optimal = [r["cost"] for n, r in res.items() if is_exact(n) and r.get("optimal")]
     best = min(optimal) if optimal else None
     agree = None
     if len(optimal) > 1:
@@ -130,7 +163,10 @@ def main(argv=None):
     ap.add_argument("--node-limit", type=int, default=20_000)
     ap.add_argument("--search-time-limit", type=float, default=120.0, help="seconds for each TENSAT run")
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds per exact extractor")
-    ap.add_argument("--extractors", default=",".join(EXTRACTORS))
+    ap.add_argument("--extractors", default=",".join(EXTRACTORS),
+                    help="extractors, each name[+option=value...], e.g. ilp-acyc+tie_break=0")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs per extractor: the median time, and how many different programs they chose")
     ap.add_argument("--solver", default="cp-sat", choices=("cp-sat", "scip"), help="for ilp-topo and ilp-acyc")
     ap.add_argument("--cost", default="auto", help="cost model kind (auto, measured, learned, analytic)")
     ap.add_argument("--egraph-dir", default=str(zoo_models.RESULTS_DIR / "egraphs"))
@@ -163,7 +199,7 @@ def main(argv=None):
             if not warmed:  # solver imports and first-call set-up are not extraction time
                 run_extractors(problem, extractors, args.time_limit, args.solver)
                 warmed = True
-            row["extractors"] = run_extractors(problem, extractors, args.time_limit, args.solver)
+            row["extractors"] = run_extractors(problem, extractors, args.time_limit, args.solver, args.repeat)
             row["summary"] = summarize(row["extractors"])
             rows.append(row)
             print(f"{name} {label}: {row['enodes']} e-nodes, {row['eclasses']} e-classes"
@@ -171,7 +207,7 @@ def main(argv=None):
 
     headers = ["model", "e-graph", "e-nodes"]
     for e in extractors:
-        headers += [f"{e} ms", f"{e} s"] + (["opt"] if e in EXACT else [])
+        headers += [f"{e} ms", f"{e} s"] + (["opt"] if is_exact(e) else []) + (["progs"] if args.repeat > 1 else [])
     headers += ["acyc/topo", "maxsat/topo", "ocf/opt", "dcf/opt"]
     table = []
     for r in rows:
@@ -179,8 +215,10 @@ def main(argv=None):
         for e in extractors:
             x = r["extractors"].get(e, {})
             line += [tables.ms(x.get("cost")) if "error" not in x else "error", x.get("time")]
-            if e in EXACT:
+            if is_exact(e):
                 line.append(x.get("optimal"))
+            if args.repeat > 1:
+                line.append(x.get("programs"))
         s = r["summary"]
         line += [s["acyc_over_topo"], s["maxsat_over_topo"], s["ocf_ratio"], s["dcf_ratio"]]
         table.append(line)
