@@ -325,12 +325,23 @@ def test_exact_extractors_agree_on_larger_cyclic_egraphs(seed):
 
 def test_no_time_left_falls_back_to_greedy():
     p = random_problem(7, n_classes=30)
-    ocf = greedy_ocf(p)
+    merge = get_extractor("greedy-merge").extract(p)
+    assert merge.cost <= greedy_ocf(p).cost
     for name in EXACT:
         s = get_extractor(name).extract(p, time_limit=1e-9)
-        assert not s.optimal and s.status.startswith("fallback greedy-ocf")
-        assert s.cost == ocf.cost
+        assert not s.optimal and s.status.startswith("fallback greedy-merge")
+        assert s.cost == merge.cost
         validate_solution(p, s.choice)
+
+
+def test_hint_is_complete_when_the_greedy_choice_is_dominated():
+    from relay_eqsat.extract.ilp import warm_nodes
+    from relay_eqsat.extract import Solution
+
+    p = problem({"r": [(2.0, ["a", "b"]), (2.0, ["b", "a"])], "a": [(1.0, [])], "b": [(1.0, [])]}, ["r"])
+    red = reduce_problem(p)
+    warm = Solution(choice={0: 1, 1: 2, 2: 3}, cost=4.0)  # the commuted duplicate, which has no variable
+    assert warm_nodes(p, red, warm) == {0, 2, 3}
 
 
 def test_short_time_limit_returns_a_valid_result_quickly():

@@ -25,10 +25,11 @@ They differ in how cycles are forbidden:
 Solvers: OR-Tools CP-SAT (default; the objective uses integer weights from
 presolve.integer_weights, tie-broken by presolve.tie_break_weights so that its
 parallel workers agree on one program among equal-cost optima) or SCIP through
-pywraplp (real costs). The OCF greedy
-solution is given as a hint. Under a time limit the best feasible solution is
-returned with optimal=False; if the solver found none, the greedy solution is
-returned and the status says so. Every returned choice is validated.
+pywraplp (real costs). The merge-aware greedy solution (merge_greedy.py, never
+dearer than OCF greedy) is given as a hint. Under a time limit the best feasible
+solution is returned with optimal=False; if the solver found none, or none
+cheaper than the greedy one, the greedy solution is returned and the status
+says so. Every returned choice is validated.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .cycles import acyclic_groups, cyclic_components, cycle_basis, find_cycle_in_choice, simple_cycles
-from .greedy import greedy_ocf
+from .merge_greedy import greedy_merge
 from .presolve import Reduced, integer_weights, reduce_problem, tie_break_weights
 from .problem import ExtractionProblem, Solution
 from .validate import ExtractionError, solution_cost, validate_solution
@@ -336,7 +337,13 @@ def _solve_loop(problem, red, roots, enc: Encoding, warm: Solution, time_limit, 
             info = dict(extra_info, solver_status=status, lazy_rounds=rounds, cycles=enc.num_cycles,
                         variables=len(enc.backend.vars), constraints=enc.backend.num_constraints,
                         weight_scale=enc.scale, bound=None if bound is None else bound - enc.tie_slack)
-            return Solution(choice=choice, cost=solution_cost(problem, choice, roots), optimal=optimal,
+            cost = solution_cost(problem, choice, roots)
+            if not optimal and warm.cost < cost:
+                # stopped by the time limit with an incumbent dearer than the warm start: never worse than greedy
+                return Solution(choice=warm.choice, cost=warm.cost, optimal=False,
+                                status=f"{WARM} ({name}: {status}, its best was dearer)", solve_time=solve_time,
+                                encode_time=encode_time, info=info)
+            return Solution(choice=choice, cost=cost, optimal=optimal,
                             status=status, solve_time=solve_time, encode_time=encode_time, info=info)
         key = frozenset(cycle)
         if key in added_keys or not enc.add_cycle(cycle):
@@ -346,22 +353,43 @@ def _solve_loop(problem, red, roots, enc: Encoding, warm: Solution, time_limit, 
     info = dict(extra_info, solver_status=status, lazy_rounds=rounds, cycles=enc.num_cycles,
                 variables=len(enc.backend.vars), constraints=enc.backend.num_constraints)
     return Solution(choice=warm.choice, cost=warm.cost, optimal=False,
-                    status=f"fallback greedy-ocf ({name}: {status}, no solution in the time limit)",
+                    status=f"fallback {WARM} ({name}: {status}, no solution in the time limit)",
                     solve_time=solve_time, encode_time=encode_time, info=info)
+
+
+#: the greedy extractor every exact one starts from (its solution is the hint, and the result when
+#: the solver has nothing better in the time limit)
+WARM = "greedy-merge"
 
 
 def prepare(problem, roots):
     """What every exact extractor starts from: (start time, roots, the reduced problem,
-    the OCF greedy warm start)."""
+    the warm start: the merge-aware greedy's solution, never dearer than OCF greedy's)."""
     started = time.perf_counter()
     roots = list(problem.roots) if roots is None else [int(r) for r in roots]
     red = reduce_problem(problem, roots)
-    warm = greedy_ocf(problem, roots)
+    warm = greedy_merge(problem, roots)
     return started, roots, red, warm
 
 
+def warm_nodes(problem: ExtractionProblem, red: Reduced, warm: Solution) -> set[int]:
+    """The warm start's chosen nodes, each dominated one (no variable, see presolve.undominated)
+    replaced by a node of its class that dominates it, so the hint is a complete solution."""
+    cost = problem.node_cost
+    chosen = set()
+    for c, n in warm.choice.items():
+        nodes = red.class_nodes.get(c)
+        if nodes is None or n in red.child_sets:
+            chosen.add(n)
+            continue
+        mine = set(problem.node_children[n])
+        chosen.add(min((m for m in nodes if cost[m] <= cost[n] and set(red.child_sets[m]) <= mine),
+                       key=lambda m: (cost[m], m), default=n))
+    return chosen
+
+
 def _hint_nodes(enc: Encoding, warm: Solution) -> dict[int, float]:
-    chosen = set(warm.choice.values())
+    chosen = warm_nodes(enc.problem, enc.red, warm)
     return {v: (1.0 if n in chosen else 0.0) for n, v in enc.x.items()}
 
 

@@ -15,7 +15,7 @@ with Boolean lexicographic optimization and diversity stratification) and
 calls ``RC2.interrupt()`` (SAT calls made with expect_interrupt); FM cannot be
 interrupted, so it runs in a forked child process that is killed at the
 limit. These engines are core-guided: they have no feasible solution before
-the optimum, so on a timeout the OCF greedy solution is returned, flagged.
+the optimum, so on a timeout the merge-aware greedy solution is returned, flagged.
 Cycles as in ILP-ACyc ("auto": all of them when Johnson's algorithm finds at
 most max_cycles, else a cycle basis; "all", "basis", "lazy"), with lazy cuts
 whenever the encoded set is incomplete.
@@ -28,8 +28,8 @@ import time
 from typing import Iterable
 
 from .cycles import find_cycle_in_choice
-from .ilp import (DEFAULT_MAX_CYCLES, Encoding, enumeration_deadline, prepare, choice_from_values, encode_cycles,
-                  enumerate_cycles)
+from .ilp import (DEFAULT_MAX_CYCLES, WARM, Encoding, enumeration_deadline, prepare, choice_from_values,
+                  encode_cycles, enumerate_cycles)
 from .problem import ExtractionProblem, Solution
 from .validate import ExtractionError, solution_cost, validate_solution
 
@@ -174,5 +174,5 @@ def maxsat(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, ti
     info.update(lazy_rounds=rounds, cycles=enc.num_cycles, variables=len(cnf.vars), hard_clauses=len(cnf.hard),
                 soft_clauses=len(cnf.soft))
     return Solution(choice=warm.choice, cost=warm.cost, optimal=False,
-                    status=f"fallback greedy-ocf (maxsat/{engine}: no solution in the time limit)",
+                    status=f"fallback {WARM} (maxsat/{engine}: no solution in the time limit)",
                     solve_time=solve_time, encode_time=encode_time, info=info)
