@@ -6,8 +6,10 @@ TVM-free, the handlers import TVM.
 ``relay-eqsat optimize MODEL`` optimizes a zoo model (``zoo:NAME``) or a
 model file tvmc can load (.onnx, .tflite, .pb, .relay...), builds the original
 and the optimized program with ``relay.build`` at opt_level 3 for the same
-target, checks that they compute the same outputs on random inputs, measures
-both, and prints a before/after table.
+target, checks that they compute the same outputs on random inputs, times
+both (interleaved, as many timings as fit ``--time-budget``, their counts
+derived from a first run's time; it says how many it made), and prints a
+before/after table.
 
 ``relay-eqsat tvmc ARGS...`` is tvmc's own command line with ``compile
 --eqsat`` and the ``eqsat`` composite target added (see
@@ -17,12 +19,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import textwrap
+import time
 import traceback
 from typing import Any, Callable
 
+from relay_eqsat import progress
+from relay_eqsat.cli import add_common_arguments
 from relay_eqsat.options import OPTIONS, argparse_kwargs, flag_name
+
+log = logging.getLogger(__name__)
 
 #: EqSatPass options offered as ``relay-eqsat optimize`` flags (``--node-limit`` for ``node_limit``...);
 #: ``target`` has its own flag (it is also the build target) and ``verify`` is what the command always does
@@ -30,11 +38,15 @@ PASS_FLAG_OPTIONS = [name for name in OPTIONS if name not in ("target", "verify"
 
 EXIT_OK, EXIT_MISMATCH, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
+#: seconds ``relay-eqsat optimize`` spends timing the programs, by default
+DEFAULT_TIME_BUDGET = 20.0
+
 EXIT_CODES = """exit status:
   0  done (the optimized program, or the input kept, computes the original's outputs)
   1  the optimized program's outputs differ from the original's (nothing is written)
   2  bad input: usage, an option's value, a model file that cannot be read, --input-shapes
-  3  internal error (one line; run with -v for the traceback)"""
+  3  internal error (one line; run with -v for the traceback)
+  130  interrupted (Ctrl-C)"""
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,16 +67,21 @@ def add_optimize_command(subparsers) -> None:
             "Optimize MODEL (zoo:NAME or a file tvmc can load, e.g. model.onnx) with EqSatPass, "
             "build the original and the optimized program with TVM at opt_level 3 for the same target, "
             "check their outputs agree on random inputs (exit status 1 if not) and print predicted "
-            "cost, measured runtime (median of --repeat timings), speedup, optimization time, stop "
-            "reason and rules fired.", 79))
+            "cost, measured runtime (median of interleaved timings, as many as fit --time-budget), "
+            "speedup, optimization time, stop reason and rules fired.", 79))
     add_model_arguments(p)
     p.add_argument("--target", default=None,
                    help="TVM target for building, measuring and the costs (default: the host CPU)")
     for name in PASS_FLAG_OPTIONS:
         p.add_argument(flag_name(name), dest=name, **argparse_kwargs(name))
-    p.add_argument("--repeat", type=int, default=7,
-                   help="timings per program, alternating between the two (median reported)")
-    p.add_argument("--number", type=int, default=5, help="runs averaged per timing")
+    p.add_argument("--time-budget", type=float, default=DEFAULT_TIME_BUDGET, metavar="S",
+                   help="seconds for timing the programs: the timings (interleaved between the two; "
+                        "median reported) and the runs each averages are chosen from a first run's "
+                        "time to fit, but never fewer than 3 timings (default %(default)g)")
+    p.add_argument("--repeat", type=int, default=None,
+                   help="timings per program (default: as many as fit --time-budget, 3 to 7)")
+    p.add_argument("--number", type=int, default=None,
+                   help="runs averaged per timing (default: enough for a timing to last 50 ms)")
     p.add_argument("--no-measure", action="store_true", help="skip building and measuring (costs only)")
     p.add_argument("--rtol", type=float, default=1e-4,
                    help="output tolerance: max |a-b| <= rtol * max(1, max |a|) (default 1e-4)")
@@ -72,9 +89,9 @@ def add_optimize_command(subparsers) -> None:
     p.add_argument("--save-module", metavar="PATH", default=None,
                    help="write the optimized module: tvm.ir.save_json if PATH ends in .json, else Relay text "
                         "(with metadata, readable by tvm.relay.parse; without the report attribute)")
-    p.add_argument("--plot", metavar="PATH.png", default=None, help="bar chart of cost and runtime")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="log the optimizer's progress; print the traceback of an internal error")
+    p.add_argument("--plot", metavar="PATH.png", default=None,
+                   help="bar chart of cost and runtime (needs matplotlib, checked before any work)")
+    add_common_arguments(p)
     p.set_defaults(func=run_optimize)
 
 
@@ -115,13 +132,28 @@ def guarded(command: str, verbose: bool, handler: Callable[..., int], *args: Any
 
 def load_model(spec: str, small: bool = False, batch: int = 1, input_shapes: str | None = None):
     """``(mod, params)`` of ``zoo:NAME`` or of a model file (through tvmc's frontends)."""
-    if spec.startswith("zoo:"):
-        from . import zoo
+    t0 = time.perf_counter()
+    with progress.ticking(f"loading {spec}"):
+        if spec.startswith("zoo:"):
+            from . import zoo
 
-        return zoo.get(spec[4:], small=small, batch=batch)
-    from .model_file import load_model_file
+            out = zoo.get(spec[4:], small=small, batch=batch)
+        else:
+            from .model_file import load_model_file
 
-    return load_model_file(spec, input_shapes)
+            out = load_model_file(spec, input_shapes)
+    log.info("loaded %s in %.1f s", spec, time.perf_counter() - t0)
+    return out
+
+
+def plot_unavailable() -> str | None:
+    """Why ``--plot`` cannot work here (matplotlib missing), in words with the fix; else None."""
+    try:
+        import matplotlib  # noqa: F401 - a dependency; checked before the long work starts
+    except ImportError as e:
+        return (f"--plot needs matplotlib, which cannot be imported ({e}); install it with "
+                f"`{sys.executable} -m pip install matplotlib`, or leave out --plot")
+    return None
 
 
 def _input_types(mod) -> dict[str, tuple[list[int], str]]:
@@ -170,7 +202,8 @@ def format_table(result: dict) -> str:
     if m:
         if not rep.get("changed"):
             lines.append("measured:          the input program was kept, so it was built and measured once")
-        lines += [f"build time:        {m['build_original']:.1f} s original, {m['build_optimized']:.1f} s optimized",
+        lines += [f"timed:             {m['timing']}",
+                  f"build time:        {m['build_original']:.1f} s original, {m['build_optimized']:.1f} s optimized",
                   f"output check:      max error {m['max_error']:.3g} relative to max(1, max|out|) = "
                   f"{m['output_scale']:.3g} (tolerance {result['rtol']:g}): {'OK' if m['equal'] else 'MISMATCH'}"]
     return "\n".join(lines)
@@ -235,7 +268,6 @@ def run_optimize(args) -> int:
 
 
 def _run_optimize(args) -> int:
-    import logging
     import warnings
 
     import numpy as np
@@ -243,11 +275,19 @@ def _run_optimize(args) -> int:
     from tvm import relay
 
     from .eqsat_pass import EqSatPass, bind_params
-    from .runtime import build_and_run, output_error, random_inputs, time_interleaved
+    from .runtime import build_and_run, output_error, random_inputs, time_within
     from .target import host_target
 
-    if args.verbose:
-        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    for name in ("repeat", "number"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            print(f"relay-eqsat optimize: --{name} must be at least 1, got {getattr(args, name)}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    if not args.time_budget >= 0:
+        print(f"relay-eqsat optimize: --time-budget must not be negative, got {args.time_budget}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.plot and (why := plot_unavailable()):
+        print(f"relay-eqsat optimize: {why}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     target = args.target or host_target()
     options = {name: getattr(args, name) for name in PASS_FLAG_OPTIONS if getattr(args, name) is not None}
     options["target"] = target
@@ -275,20 +315,32 @@ def _run_optimize(args) -> int:
     status = EXIT_OK
     if not args.no_measure:
         inputs = random_inputs(_input_types(original), seed=0)
-        m_orig, ref, b_orig = build_and_run(original, inputs, target)
+
+        def build_run(mod, what):
+            t0 = time.perf_counter()
+            m, outputs, build_s = build_and_run(mod, inputs, target, what=what)
+            log.info("built %s in %.1f s", what, build_s)
+            return m, outputs, build_s, time.perf_counter() - t0 - build_s
+
+        m_orig, ref, b_orig, r_orig = build_run(original, "the original program")
         if optimized.same_as(original):
             # never worse kept the input: one program, one measurement (a ratio would be noise)
-            (t_orig,) = time_interleaved([m_orig], args.number, args.repeat)
+            timing = time_within([m_orig], args.time_budget, [r_orig], args.number, args.repeat)
+            (t_orig,) = timing.medians
             t_opt, got, b_opt = t_orig, ref, 0.0
         else:
-            m_opt, got, b_opt = build_and_run(optimized, inputs, target)
-            t_orig, t_opt = time_interleaved([m_orig, m_opt], args.number, args.repeat)
+            m_opt, got, b_opt, r_opt = build_run(optimized, "the optimized program")
+            timing = time_within([m_orig, m_opt], args.time_budget, [r_orig, r_opt], args.number, args.repeat)
+            t_orig, t_opt = timing.medians
+        log.info("timed %s", timing.describe())
         err = output_error(ref, got)[0]
         scale = max([1.0] + [float(np.abs(r).max()) for r in ref if r.size])
         result["measured"] = {"original": t_orig, "optimized": t_opt, "speedup": t_orig / t_opt,
                               "build_original": b_orig, "build_optimized": b_opt, "max_error": err,
                               "output_scale": scale,
-                              "equal": err <= args.rtol, "repeat": args.repeat, "number": args.number}
+                              "equal": err <= args.rtol, "repeat": timing.repeat, "number": timing.number,
+                              "wall_clock": timing.wall, "timing_seconds": timing.seconds,
+                              "time_budget": args.time_budget, "timing": timing.describe()}
         if not err <= args.rtol:
             status = EXIT_MISMATCH
     print(format_table(result))

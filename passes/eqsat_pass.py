@@ -23,7 +23,6 @@ import logging
 import math
 import statistics
 import time
-import warnings
 import weakref
 from typing import Any, Mapping
 
@@ -35,6 +34,7 @@ from relay_eqsat.cost.base import FOREIGN_ERROR
 from relay_eqsat.graph import TensorGraph, TensorType
 from relay_eqsat.optimize import optimize_graph, resolve_cost, resolve_rules
 from relay_eqsat.options import DEFAULTS, OPTIMIZER_OPTIONS, OPTIONS, set_hook, validate
+from relay_eqsat.user_warnings import warn
 
 from .relay import UnsupportedProgram, from_relay, main_function, to_relay
 from .runtime import build_and_run, output_error, paired_ratio, random_inputs, time_rounds, timer
@@ -228,9 +228,8 @@ def judge(opts: Mapping[str, Any], cost_model) -> Judgement:
     check = {"on": True, "off": False, "auto": here}[opts["check_runtime"]]
     notes = []
     if check and not here:
-        warnings.warn(f"EqSatPass: check_runtime needs a target that runs on this machine, not {target!r} "
-                      "(cross-compiling); a predicted gain beyond the cost model's error decides instead",
-                      stacklevel=4)
+        warn(f"EqSatPass: check_runtime needs a target that runs on this machine, not {target!r} "
+             "(cross-compiling); a predicted gain beyond the cost model's error decides instead")
         check = False
     kind = getattr(cost_model, "kind", None)
     measurable = here and kind in ("auto", "measured")
@@ -358,16 +357,14 @@ def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, 
     except EqSatVerificationError as e:
         if opts.get("verify"):
             raise
-        warnings.warn(f"EqSatPass: the optimized program computes different outputs ({e}); "
-                      "module left unchanged", stacklevel=3)
+        warn(f"EqSatPass: the optimized program computes different outputs ({e}); module left unchanged")
         report.update(changed=False, reason=f"rejected: outputs differ ({e})")
         return False
     except Exception as e:  # noqa: BLE001 - TVM failing to build either program
         if opts.get("verify"):
             raise
-        warnings.warn(f"EqSatPass: building for the runtime check failed ({type(e).__name__}: "
-                      f"{str(e).strip().splitlines()[-1] if str(e).strip() else ''}); module left unchanged",
-                      stacklevel=3)
+        warn(f"EqSatPass: building for the runtime check failed ({type(e).__name__}: "
+             f"{str(e).strip().splitlines()[-1] if str(e).strip() else ''}); module left unchanged")
         report.update(changed=False, reason=f"rejected: build failed ({type(e).__name__})")
         return False
     report["verify_error"] = res["max_error"]
@@ -465,7 +462,7 @@ class EqSatPass:
         try:
             opts = resolve_options(self.options, ctx)
         except (ValueError, TypeError) as e:
-            warnings.warn(f"EqSatPass: bad option ({e}); module left unchanged", stacklevel=2)
+            warn(f"EqSatPass: bad option ({e}); module left unchanged")
             return mod
         self.last_options = opts
         if self.params:
@@ -508,13 +505,11 @@ class EqSatPass:
                 raise RuntimeError(f"the optimized main has type {new_mod['main'].checked_type}, "
                                    f"not {func.checked_type}")
         except UnsupportedProgram as e:
-            warnings.warn(f"EqSatPass: unsupported program ({e.reason}); module left unchanged",
-                          stacklevel=2)
+            warn(f"EqSatPass: unsupported program ({e.reason}); module left unchanged")
             return mod
         except Exception as e:  # noqa: BLE001 - a pass must not break the build
             log.exception("EqSatPass failed")
-            warnings.warn(f"EqSatPass: failed ({type(e).__name__}: {e}); module left unchanged",
-                          stacklevel=2)
+            warn(f"EqSatPass: failed ({type(e).__name__}: {e}); module left unchanged")
             return mod
         finally:
             if cost_model is not None and cost_model is not opts["cost"]:

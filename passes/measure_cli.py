@@ -29,6 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from relay_eqsat import progress
+from relay_eqsat.cli import add_common_arguments
 from relay_eqsat.cost.base import CostModel, fit_fusion
 from relay_eqsat.cost.cache import CostCache, normalize_target, shipped_samples, shipped_table_path
 from relay_eqsat.cost.instance import instances_from_egraph, instances_from_graph, unique
@@ -83,6 +85,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="retrain the model shipped for --target from the measurements shipped for it, "
                         "refit its fusion weights to --whole-times and write it over the shipped file "
                         "(nothing measured)")
+    add_common_arguments(p)
     p.set_defaults(func=run)
     return p
 
@@ -92,8 +95,9 @@ def _load_graph(spec: str, small: bool):
     if not spec.startswith("zoo:"):
         raise SystemExit(f"relay-eqsat measure: unsupported model {spec!r} (use zoo:NAME; "
                          f"known: {', '.join(zoo.MODELS)})")
-    mod, params = zoo.get(spec[4:], small=small)
-    return from_relay(mod, params)
+    with progress.ticking(f"loading {spec}"):
+        mod, params = zoo.get(spec[4:], small=small)
+        return from_relay(mod, params)
 
 
 def _rewritten_instances(graphs, node_limit: int):
@@ -168,7 +172,8 @@ def run(args: argparse.Namespace) -> int:
                      if small == args.small and k in graphs}
         if args.fit_fusion and not whole:
             for spec, g in graphs.items():
-                secs, err = measurer.measure_zoo_model(spec[4:], args.small)
+                with progress.ticking(f"timing {spec} whole"):
+                    secs, err = measurer.measure_zoo_model(spec[4:], args.small)
                 if secs is None:
                     print(f"  {spec}: whole-model timing failed: {err.splitlines()[0]}")
                 else:
@@ -176,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
     if args.no_train:
         return 0
     try:
-        model, report = LearnedCostModel.train_from_cache(cache, measurer.target, measurer.backend)
+        with progress.ticking("training the learned cost model"):
+            model, report = LearnedCostModel.train_from_cache(cache, measurer.target, measurer.backend)
     except ValueError as e:
         print(f"relay-eqsat measure: {e}", file=sys.stderr)
         return 1
@@ -222,7 +228,8 @@ def refit_only(args, measurer, cache, specs) -> int:
     if not whole:
         with measurer:
             for spec in specs:
-                secs, err = measurer.measure_zoo_model(spec[4:], args.small)
+                with progress.ticking(f"timing {spec} whole"):
+                    secs, err = measurer.measure_zoo_model(spec[4:], args.small)
                 if secs is None:
                     print(f"  {spec}: whole-model timing failed: {err.splitlines()[0]}")
                 else:
@@ -252,7 +259,8 @@ def retrain_shipped(args, measurer, specs) -> int:
     old = _model_meta(path)
     if old.get("report"):
         print(f"shipped model before: {learned.TrainReport(**old['report'])}")
-    model, report = LearnedCostModel.train(samples, target, backend)
+    with progress.ticking("training the learned cost model"):
+        model, report = LearnedCostModel.train(samples, target, backend)
     print(f"retrained: {report}")
     model.meta["shipped"] = True
     if args.whole_times:

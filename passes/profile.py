@@ -41,10 +41,14 @@ import os
 import statistics
 import sys
 import textwrap
+import time
 from collections import Counter, defaultdict
 from typing import Any
 
-from .cli import EXIT_BAD_INPUT, EXIT_OK, add_model_arguments, guarded, load_model
+from relay_eqsat import progress
+from relay_eqsat.cli import add_common_arguments
+
+from .cli import DEFAULT_TIME_BUDGET, EXIT_BAD_INPUT, EXIT_OK, add_model_arguments, guarded, load_model
 
 #: TVM's TOpPattern values (include/tvm/relay/op_attr_types.h)
 PATTERNS = {0: "elemwise", 1: "broadcast", 2: "injective", 3: "comm_reduce", 4: "out_elemwise_fusable",
@@ -80,7 +84,8 @@ WINDOW = 12
 EXIT_CODES = """exit status:
   0  done
   2  bad input: usage, an option's value, a model file that cannot be read, --input-shapes
-  3  internal error (one line; run with -v for the traceback)"""
+  3  internal error (one line; run with -v for the traceback)
+  130  interrupted (Ctrl-C)"""
 
 
 def add_profile_command(subparsers) -> None:
@@ -102,11 +107,14 @@ def add_profile_command(subparsers) -> None:
     p.add_argument("--min-repeat-ms", type=int, default=5,
                    help="least duration of one timing of a kernel, in ms (0: exactly --number runs)")
     p.add_argument("--no-whole", action="store_true", help="do not time the whole inference as well")
+    p.add_argument("--time-budget", type=float, default=DEFAULT_TIME_BUDGET, metavar="S",
+                   help="seconds for timing the whole inference: the timings and the runs each averages are "
+                        "chosen from a first run's time to fit, never fewer than 3 timings (default %(default)g)")
     p.add_argument("--top", type=int, default=25, help="kernels listed (the slowest first; 0: all)")
     p.add_argument("--json", metavar="FILE", default=None, help="write the profile as JSON")
     p.add_argument("--eqsat", action="store_true",
                    help="profile the program EqSatPass (its defaults, for --target) returns instead")
-    p.add_argument("-v", "--verbose", action="store_true", help="print the traceback of an internal error")
+    add_common_arguments(p)
     p.set_defaults(func=run_profile)
 
 
@@ -123,8 +131,8 @@ def _run_profile(args) -> int:
     for name in ("repeat", "number", "batch"):
         if getattr(args, name) < 1:
             return _bad(f"--{name} must be at least 1, got {getattr(args, name)}")
-    if args.min_repeat_ms < 0 or args.top < 0:
-        return _bad("--min-repeat-ms and --top must not be negative")
+    if args.min_repeat_ms < 0 or args.top < 0 or not args.time_budget >= 0:
+        return _bad("--min-repeat-ms, --top and --time-budget must not be negative")
     if args.threads is not None:
         if args.threads < 1:
             return _bad(f"--threads must be at least 1, got {args.threads}")
@@ -149,7 +157,8 @@ def _run_profile(args) -> int:
     if args.eqsat:
         mod, params, eqsat = optimized(mod, params, target)
     result = profile_module(mod, params, target, repeat=args.repeat, number=args.number,
-                            min_repeat_ms=args.min_repeat_ms, whole=not args.no_whole)
+                            min_repeat_ms=args.min_repeat_ms, whole=not args.no_whole,
+                            time_budget=args.time_budget)
     result["model"] = args.model + (" (small)" if args.small else "") + (" after EqSatPass" if eqsat else "")
     result["eqsat"] = eqsat
     print(format_profile(result, args.top))
@@ -190,15 +199,17 @@ def optimized(mod, params: dict | None, target: str) -> tuple[Any, None, str]:
 
 
 def profile_module(mod, params: dict | None = None, target: str | None = None, repeat: int = 5, number: int = 1,
-                   min_repeat_ms: int = 5, whole: bool = True) -> dict[str, Any]:
+                   min_repeat_ms: int = 5, whole: bool = True,
+                   time_budget: float = DEFAULT_TIME_BUDGET) -> dict[str, Any]:
     """The profile of a Relay module (``params`` bound as constants) built at opt_level 3 for
-    ``target`` (default: the host): a JSON-able dict (see :func:`format_profile`)."""
+    ``target`` (default: the host): a JSON-able dict (see :func:`format_profile`). The whole
+    inference is timed within ``time_budget`` seconds (:func:`~relay_eqsat.passes.runtime.time_within`)."""
     import tvm
     from tvm import relay
 
     from .eqsat_pass import bind_params
     from .relay import UnsupportedProgram, from_relay
-    from .runtime import build, executor, node_times, random_inputs, time_module
+    from .runtime import build, executor, node_times, random_inputs, time_within
     from .target import host_target
 
     target = target or host_target()
@@ -209,28 +220,35 @@ def profile_module(mod, params: dict | None = None, target: str | None = None, r
         graph_note = None
     except UnsupportedProgram as e:
         graph, graph_note = None, f"no TensorGraph: {e}"
-    with tvm.transform.PassContext(opt_level=3):
+    with progress.ticking("optimizing with TVM's passes"), tvm.transform.PassContext(opt_level=3):
         fused, _ = relay.optimize(mod, target=target)
     functions = fused_functions(fused["main"])
-    lib = build(mod, target=target)
+    with progress.ticking("building"):
+        lib = build(mod, target=target)
     inputs = random_inputs({v.name_hint: ([int(d) for d in v.checked_type.shape], str(v.checked_type.dtype))
                             for v in mod["main"].params}, seed=0)
     dev = tvm.cpu(0)
-    times = node_times(lib, dev, inputs, number, repeat, min_repeat_ms)
+    with progress.ticking("timing every kernel (debug executor)"):
+        times = node_times(lib, dev, inputs, number, repeat, min_repeat_ms)
     kernels = kernel_rows(times, functions)
     unmatched = match_graph_nodes(kernels, graph) if graph is not None else {}
     total = sum(k["seconds"] for k in kernels)
     for k in kernels:
         k["share"] = k["seconds"] / total if total > 0 else 0.0
-    whole_seconds = None
+    whole_seconds = whole_timing = None
     if whole:
         m = executor(lib, dev)
         for name, value in inputs.items():
             m.set_input(name, value)
-        whole_seconds, _ = time_module(m, dev, repeat=repeat, number=1, warmup=1)
+        t0 = time.perf_counter()
+        with progress.ticking("running the whole inference"):
+            m.run()
+        timing = time_within([m], time_budget, [time.perf_counter() - t0])
+        whole_seconds, whole_timing = timing.medians[0], timing.describe()
     threads = int(tvm.get_global_func("runtime.NumThreads")())
     return {"model": None, "target": target, "threads": threads, "repeat": repeat, "number": number,
             "min_repeat_ms": min_repeat_ms, "kernel_seconds": total, "whole_seconds": whole_seconds,
+            "whole_timing": whole_timing,
             "kernels": kernels, "kinds": kind_totals(kernels), "sequences": sequence_totals(kernels),
             "graph_nodes": None if graph is None else sum(1 for n in graph.nodes if _is_op_node(n)),
             "graph_nodes_unmatched": unmatched, "graph_note": graph_note,
@@ -448,7 +466,8 @@ def format_profile(result: dict, top: int = 25) -> str:
              + (f"; whole inference (graph executor, median) {_ms(result['whole_seconds'])} ms"
                 if result.get("whole_seconds") is not None else ""),
              f"timing:  debug executor, median of {result['repeat']} timings per kernel "
-             f"(each >= {result['number']} runs and >= {result['min_repeat_ms']} ms)"]
+             f"(each >= {result['number']} runs and >= {result['min_repeat_ms']} ms)"
+             + (f"; whole inference: {result['whole_timing']}" if result.get("whole_timing") else "")]
     if result.get("eqsat"):
         lines.append(f"eqsat:   {result['eqsat']}")
     lines.append("")

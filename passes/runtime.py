@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import tvm
 from tvm import relay
 from tvm.contrib import graph_executor
+
+from relay_eqsat import progress
 
 from .target import host_target
 
@@ -82,14 +86,18 @@ def random_inputs(types: Mapping[str, tuple[Sequence[int], str]], seed: int = 0)
 
 
 def build_and_run(mod, inputs: Mapping[str, np.ndarray], target: str | None = None, opt_level: int = 3,
-                  sequence: Sequence = ()):
+                  sequence: Sequence = (), what: str = "the program"):
     """:func:`build` ``mod`` for ``target`` (default: the host) and run it once on
-    ``inputs``; returns (GraphModule, outputs, build seconds)."""
+    ``inputs``; returns (GraphModule, outputs, build seconds). Progress (``what`` names
+    the program) shows while it builds and runs."""
     t0 = time.perf_counter()
-    lib = build(mod, target=target, opt_level=opt_level, sequence=sequence)
+    with progress.ticking(f"building {what}"):
+        lib = build(mod, target=target, opt_level=opt_level, sequence=sequence)
     build_seconds = time.perf_counter() - t0
     m = executor(lib)
-    return m, run(m, inputs), build_seconds
+    with progress.ticking(f"running {what}"):
+        outputs = run(m, inputs)
+    return m, outputs, build_seconds
 
 
 # -- timing -------------------------------------------------------------------------------
@@ -186,14 +194,112 @@ def time_rounds(modules: Sequence[graph_executor.GraphModule], number: int = 0, 
     round to round, so none is always timed first), and sample ``k`` of one
     module can be paired with sample ``k`` of another."""
     timers = [timer(m, max(1, number), 1, min_repeat_ms) for m in modules]
-    for t in timers:  # warm up
-        t()
-    samples: list[list[float]] = [[] for _ in modules]
+    return _rounds(timers, repeat, warmup=True)
+
+
+def _rounds(timers: Sequence[Callable[[], list[float]]], repeat: int, warmup: bool) -> list[list[float]]:
+    """:func:`time_rounds`'s loop over zero-argument timers (one warm-up call of each first),
+    with a progress bar of the timings."""
     n = len(timers)
-    for r in range(repeat):
-        for k in [(r + j) % n for j in range(n)]:
-            samples[k].append(timers[k]()[0])
+    samples: list[list[float]] = [[] for _ in timers]
+    with progress.bar(total=repeat * n + (n if warmup else 0), desc="timing", unit="timing") as bar:
+        if warmup:
+            for t in timers:
+                t()
+                bar.update(1)
+        for r in range(repeat):
+            for k in [(r + j) % n for j in range(n)]:
+                samples[k].append(timers[k]()[0])
+                bar.update(1)
     return samples
+
+
+def wall_timer(m: graph_executor.GraphModule, number: int = 1, dev=None) -> Callable[[], list[float]]:
+    """A zero-argument timer of ``m.run()`` by the wall clock: one timing, the mean of ``number``
+    runs, with no untimed run first (unlike :func:`timer`): for programs slow enough that the
+    clock's overhead is nothing and an extra run would cost as much as a timing."""
+    dev = dev if dev is not None else tvm.cpu(0)
+
+    def once() -> list[float]:
+        dev.sync()
+        t0 = time.perf_counter()
+        for _ in range(number):
+            m.run()
+        dev.sync()
+        return [(time.perf_counter() - t0) / number]
+
+    return once
+
+
+#: a timing of a fast program averages enough runs to last at least this long (seconds)
+TIMING_MIN_S = 0.05
+#: programs whose run takes at least this long are timed by the wall clock (:func:`wall_timer`)
+WALL_CLOCK_S = 0.2
+#: a first run this long is taken for the run time (the set-up it includes is small beside it)
+FIRST_RUN_TRUSTED_S = 1.0
+#: timings per program when the budget allows, and at least (the budget notwithstanding)
+TIMING_MAX_REPEAT = 7
+TIMING_MIN_REPEAT = 3
+
+
+def plan_timing(run_seconds: Sequence[float], budget: float, min_repeat: int = TIMING_MIN_REPEAT,
+                max_repeat: int = TIMING_MAX_REPEAT) -> tuple[int, int, bool]:
+    """(number, repeat, wall) to time programs whose runs take ``run_seconds`` each, in
+    interleaved rounds, within ``budget`` seconds: each timing averages ``number`` runs, enough
+    for the fastest program's timing to last :data:`TIMING_MIN_S`; ``repeat`` rounds, as many
+    as fit in the budget between ``min_repeat`` and ``max_repeat``; ``wall``: every program runs
+    :data:`WALL_CLOCK_S` or longer, so the wall clock times them (no untimed run per timing, no
+    warm-up round)."""
+    fastest = max(min(run_seconds), 1e-9)
+    number = max(1, math.ceil(TIMING_MIN_S / fastest))
+    wall = fastest >= WALL_CLOCK_S
+    # a time_evaluator timing does one untimed run first; time_rounds warms up with one round
+    per_round = (number + (0 if wall else 1)) * sum(run_seconds)
+    fit = int(budget // per_round) - (0 if wall else 1) if per_round > 0 else max_repeat
+    return number, max(min_repeat, min(max_repeat, fit)), wall
+
+
+@dataclass
+class Timing:
+    """What :func:`time_within` measured: median seconds per run of each program, from
+    ``repeat`` timings of ``number`` runs each (interleaved), taking ``seconds``."""
+
+    medians: list[float]
+    number: int
+    repeat: int
+    wall: bool
+    seconds: float
+    budget: float
+    samples: list[list[float]] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """"7 x 250 runs of each program, interleaved (1.2 s; budget 20 s)"."""
+        each = "of each program, interleaved" if len(self.medians) > 1 else "of the program"
+        clock = ", wall clock" if self.wall else ""
+        return (f"{self.repeat} x {self.number} run{'s' if self.number != 1 else ''} {each} "
+                f"({self.seconds:.1f} s{clock}; budget {self.budget:g} s)")
+
+
+def time_within(modules: Sequence[graph_executor.GraphModule], budget: float,
+                first_run_s: Sequence[float | None] = (), number: int | None = None,
+                repeat: int | None = None) -> Timing:
+    """Time ``modules`` interleaved (:func:`time_rounds`), with counts that fit ``budget``
+    seconds (:func:`plan_timing`), from each program's run time: its ``first_run_s`` (a run
+    already made, set-up included) when that is :data:`FIRST_RUN_TRUSTED_S` or more (a slow
+    program is not run again just to learn it is slow), else one warm timed run.
+    ``number``/``repeat`` given override the plan."""
+    t0 = time.perf_counter()
+    first = list(first_run_s) + [None] * (len(modules) - len(first_run_s))
+    run_s = [f if f is not None and f >= FIRST_RUN_TRUSTED_S else timer(m)()[0] for m, f in zip(modules, first)]
+    plan_number, plan_repeat, wall = plan_timing(run_s, budget)
+    number = plan_number if number is None else number
+    repeat = plan_repeat if repeat is None else repeat
+    if wall:
+        samples = _rounds([wall_timer(m, number) for m in modules], repeat, warmup=False)
+    else:
+        samples = time_rounds(modules, number, repeat)
+    return Timing([float(statistics.median(s)) for s in samples], number, repeat, wall,
+                  time.perf_counter() - t0, budget, samples)
 
 
 def paired_ratio(before: Sequence[float], after: Sequence[float]) -> tuple[float, int]:

@@ -20,6 +20,7 @@ from .egraph import EGraph
 from .extract import get_extractor
 from .graph import TensorGraph
 from .options import OPTIMIZER_OPTIONS, OPTIONS, validate
+from .progress import ticking
 from .rule_check import check_user_rules, load_user_rule_file
 from .rules import rules_for_target
 from .search import Limits, get_scheduler
@@ -107,6 +108,9 @@ class OptimizeReport:
 def resolve_rules(rules: Any, trust: bool = False) -> list:
     """A rule list from a shipped set name, a .rules path, or a list of rules.
 
+    ``NAME.rules`` is a path first (relative to the working directory), then a
+    shipped set; ``NAME`` is a shipped set.
+
     User rules (a rule file, or Rule objects other than the shipped ones) are
     verified numerically once per process (``relay_eqsat.rule_check``): a
     wrong rule, or one without a verifiable instance unless ``trust``, raises
@@ -120,6 +124,9 @@ def resolve_rules(rules: Any, trust: bool = False) -> list:
         rules = os.fspath(rules)
     if isinstance(rules, str):
         plain = "/" not in rules and "\\" not in rules
+        if rules.endswith(".rules") and os.path.isfile(rules):
+            # a file in the working directory comes before a shipped set of the same name
+            return load_user_rule_file(rules, trust=trust)
         if plain and (rules if rules.endswith(".rules") else rules + ".rules") in rules_mod.shipped_rule_files():
             return rules_mod.load_rules(rules)
         if rules.endswith(".rules") or not plain:
@@ -210,7 +217,9 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     extractor = get_extractor(opts.final_extractor)
     calibrator = first = None
     for _ in range(CALIBRATION_ROUNDS + 1):
-        out, solution = extractor.extract_graph(egraph, root, cost_model.node_cost, opts.extract_time_limit)
+        with ticking(f"extracting ({extractor.name})", opts.extract_time_limit, enabled=progress):
+            out, solution = extractor.extract_graph(egraph, root, cost_model.node_cost, opts.extract_time_limit)
+        log.debug("extracted (%s): cost %.6g, %s", extractor.name, solution.cost, solution.status)
         out = out.compact()
         if not calibrate or cost_model.graph_cost(out) >= cost_model.graph_cost(graph) * (1 - 1e-6):
             break  # nothing to calibrate, or no candidate: the input stands

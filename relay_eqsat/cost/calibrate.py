@@ -111,10 +111,15 @@ class Calibrator:
                 self._measurer = Measurer(self.cost_model.target, self.cost_model.backend, self.config,
                                           self.cost_model.cache)
             results = self._measurer.measure_many(todo, progress=self.progress, deadline=self.deadline,
-                                                  desc="relay-eqsat: measuring kernels")
+                                                  desc="measuring kernels")
         except BackendUnavailable as e:
             self.report.error = str(e)
             return 0
+        except BaseException:  # Ctrl-C: what was measured is in the database; the worker goes now
+            if self._measurer is not None:
+                self._measurer.close(kill=True)
+                self._measurer = None
+            raise
         finally:
             self.report.seconds += time.perf_counter() - t0
         times = {}

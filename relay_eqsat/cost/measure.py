@@ -44,6 +44,7 @@ from functools import lru_cache
 from multiprocessing.connection import Connection
 from typing import Callable, Iterable
 
+from ..progress import bar as progress_bar
 from .cache import CostCache, normalize_target
 from .instance import GRAPH_LEVEL_OPS, OpInstance
 
@@ -232,8 +233,11 @@ class Measurer:
         # script is never imported again in the worker (as multiprocessing's spawn would)
         parent, child = socket.socketpair()
         with child:
+            # its own session: a Ctrl-C at the terminal interrupts the parent only, which kills
+            # the worker (a worker whose parent is gone sees its connection close and ends)
             proc = subprocess.Popen([sys.executable, "-m", WORKER_MODULE, str(child.fileno())],
-                                    pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, env=_child_env())
+                                    pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, env=_child_env(),
+                                    start_new_session=True)
         conn = Connection(parent.detach())
         self._proc, self._conn, self._fresh = proc, conn, True
         try:
@@ -278,15 +282,15 @@ class Measurer:
             proc.wait(5)
         conn.close()
 
-    def close(self) -> None:
-        """Stop the worker process."""
-        self._stop()
+    def close(self, kill: bool = False) -> None:
+        """Stop the worker process (``kill``: at once, even in the middle of a job)."""
+        self._stop(kill=kill)
 
     def __enter__(self) -> "Measurer":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(kill=exc_type is not None)  # an exception (Ctrl-C): no waiting for the job
 
     def __del__(self):
         try:
@@ -345,9 +349,10 @@ class Measurer:
 
         Cache hits (and, unless ``retry_failed``, recorded failures) are not
         measured again; they come back with ``cached=True``. The progress bar
-        (tqdm, on stderr) shows only when stderr is a terminal, unless
-        ``progress`` says otherwise. Past ``deadline`` (``time.monotonic()``)
-        no new measurement starts: the rest are left out of the results.
+        (:func:`relay_eqsat.progress.bar`) shows only when stderr is a terminal,
+        unless ``progress`` (or the command line's ``--progress``) says otherwise.
+        Past ``deadline`` (``time.monotonic()``) no new measurement starts: the
+        rest are left out of the results.
         """
         cache = cache if cache is not None else self.cache
         results: list[MeasureResult] = []
@@ -367,11 +372,8 @@ class Measurer:
                         results.append(MeasureResult(inst, self.target, self.backend, error=err, cached=True))
                         continue
             todo.append(inst)
-        from tqdm import tqdm
-
-        show = sys.stderr.isatty() if progress is None else progress
-        with tqdm(total=len(todo), desc=desc or f"measure {self.backend}", unit="op", disable=not show,
-                  file=sys.stderr) as bar:
+        with progress_bar(total=len(todo), desc=desc or f"measure {self.backend}", unit="op",
+                          enabled=progress) as bar:
             for inst in todo:
                 if deadline is not None and time.monotonic() >= deadline:
                     break

@@ -118,6 +118,9 @@ class _CpSat:
         if time_limit is not None:
             solver.parameters.max_time_in_seconds = max(time_limit, 0.001)
         solver.parameters.num_workers = threads
+        # CP-SAT's own SIGINT handler (on by default) stops the solve on Ctrl-C and then leaves SIGINT
+        # at SIG_DFL: Python would never see a Ctrl-C again in this process
+        solver.parameters.catch_sigint_signal = False
         status = solver.solve(self.model)
         name = solver.status_name(status)
         if status == self._cp.MODEL_INVALID:

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import math
 import random
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Protocol, Sequence
 
+from .. import progress
 from ..extract import NodeCosts, egraph_problem, get_extractor, merge_cost, ocf_cost
 from ..options import DEFAULTS
 from ..rules import Matcher, Rule
@@ -462,12 +462,8 @@ class MCTSScheduler(Scheduler):
 
 
 def _progress(enabled: bool | None, total: int | None):
-    if enabled is None:
-        enabled = sys.stderr.isatty()
-    if not enabled:
+    """The package's progress bar for applied rules, or None when bars are off (the step then skips
+    computing the bar's figures)."""
+    if not progress.is_enabled(enabled):
         return None
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a dependency
-        return None
-    return tqdm(total=total, desc="mcts", unit="rule", leave=False)
+    return progress.bar(total=total, desc="mcts", unit="rule", enabled=True)

@@ -7,19 +7,27 @@ rewrite :meth:`~Runner.step` with them and lets the scheduler judge the step.
 The step is shared by every scheduler, MCTS's simulations on cloned e-graphs
 included: search each canonical pattern once, pre-filter matches that would
 close a cycle, apply them up to the node limit, rebuild, resolve the cycles
-left (TENSAT, Yang et al., MLSys 2021, §4 and Algorithm 2).
+left (TENSAT, Yang et al., MLSys 2021, §4 and Algorithm 2). A run shows its
+e-graph's size against the node limit on a progress bar (:mod:`relay_eqsat.progress`).
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
+from .. import progress
 from ..rules import Matcher, Rule, apply_matches, apply_search_matches, flat_join
 from .base import Limits, SearchReport, StopReason
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+
+#: the saturation bar: e-nodes against the node limit, the iteration, the time
+BAR_FORMAT = "{desc}: {n}/{total} e-nodes |{bar}| {postfix} [{elapsed}]"
 
 
 @dataclass
@@ -66,21 +74,28 @@ class Runner:
         matcher = scheduler.matcher(rules)
         scheduler.start(self, egraph, rules, cost)
         iteration = 0
-        while True:
-            stop = self.exceeded(egraph, iteration if scheduler.iteration_limited else None)
-            if stop is None:
-                chosen = scheduler.next_rules(self, egraph, rules, iteration)
-                if isinstance(chosen, str):
-                    stop = chosen
-            if stop is not None:
-                break
-            step = self.step(egraph, matcher, chosen, rep)
-            iteration += 1
-            rep.iterations = iteration
-            rep.sizes.append((egraph.num_classes, egraph.num_nodes))
-            stop = scheduler.after_step(self, egraph, step, rep)
-            if stop is not None:
-                break
+        with progress.bar(total=self.limits.node_limit, desc="saturating", unit="node",
+                          initial=egraph.num_nodes, bar_format=BAR_FORMAT) as bar:
+            while True:
+                stop = self.exceeded(egraph, iteration if scheduler.iteration_limited else None)
+                if stop is None:
+                    chosen = scheduler.next_rules(self, egraph, rules, iteration)
+                    if isinstance(chosen, str):
+                        stop = chosen
+                if stop is not None:
+                    break
+                step = self.step(egraph, matcher, chosen, rep)
+                iteration += 1
+                rep.iterations = iteration
+                rep.sizes.append((egraph.num_classes, egraph.num_nodes))
+                bar.set_postfix_str(f"iteration {iteration}, {egraph.num_classes} classes", refresh=False)
+                bar.update(min(egraph.num_nodes, self.limits.node_limit) - bar.n)
+                log.debug("iteration %d: %d e-nodes, %d e-classes, %d rule applications, %.2f s", iteration,
+                          egraph.num_nodes, egraph.num_classes, sum(step.fired.values()),
+                          time.perf_counter() - self.start)
+                stop = scheduler.after_step(self, egraph, step, rep)
+                if stop is not None:
+                    break
         rep.stop_reason = stop
         scheduler.finish(self, egraph, rep)
         rep.nodes_after, rep.classes_after = egraph.num_nodes, egraph.num_classes
