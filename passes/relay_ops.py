@@ -145,6 +145,8 @@ def _from_matmul(call, ts, out):
 
 
 def _to_matmul(a, xs, ts, out):
+    if a["transpose_b"] and not a["transpose_a"]:  # relay.nn.matmul builds an nn.dense for this form:
+        return _to_dense(a, xs, ts, out)  # the same, with N-d data flattened for TVM's x86 dense
     b = ts[1]
     units = b.shape[0] if a["transpose_b"] else b.shape[-1]
     return relay.nn.matmul(xs[0], xs[1], units=units, out_dtype=a.get("out_dtype", ""),

@@ -41,6 +41,8 @@ def warn(message: str, category: type[Warning] = UserWarning, packages: tuple[st
             frame = frame.f_back
     module_globals = frame.f_globals
     registry = module_globals.setdefault("__warningregistry__", {})
+    # no module_globals: with them warn_explicit asks the module's loader for its source, which
+    # raises for `python -c` code (BuiltinImporter); linecache reads a real file by its name anyway.
+    # A warning raised as an error by the user's filters ("error") propagates, as warnings.warn's would.
     warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
-                           module=module_globals.get("__name__"), registry=registry,
-                           module_globals=module_globals)
+                           module=module_globals.get("__name__"), registry=registry)

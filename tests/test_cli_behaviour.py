@@ -218,6 +218,14 @@ def test_pass_warning_points_at_the_users_line():
     assert (w.filename, w.lineno) == (__file__, line)
 
 
+def test_warning_from_code_without_a_source_file():
+    # `python -c` code: its module's loader has no source; the warning must still be shown, never raise
+    done = subprocess.run([sys.executable, "-W", "always", "-c",
+                           "from relay_eqsat.user_warnings import warn; warn('EqSatPass: look here')"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "<string>:1: UserWarning: EqSatPass: look here" in done.stderr, done
+
+
 # -- Ctrl-C -----------------------------------------------------------------------------------
 
 def test_extraction_leaves_ctrl_c_to_python():
