@@ -303,6 +303,9 @@ def test_exact_extractors_agree_with_brute_force(seed):
             get_extractor(name, **options).extract(p, time_limit=30)
         assert s.optimal, (name, options, s.status)
         assert s.cost == best, (name, options, s.cost, best)
+        # a proven optimum comes with a lower bound at it (up to the integer weights' rounding)
+        assert s.bound is not None and best * (1 - 1e-5) - 1e-12 <= s.bound <= best, (name, options, s.bound)
+        assert s.gap is not None and s.gap <= 1e-5
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -332,6 +335,18 @@ def test_no_time_left_falls_back_to_greedy():
         assert not s.optimal and s.status.startswith("fallback greedy-merge")
         assert s.cost == merge.cost
         validate_solution(p, s.choice)
+
+
+@pytest.mark.parametrize("tie_break", [True, False])
+def test_time_limited_bound_is_a_lower_bound(tie_break):
+    p = random_problem(11, n_classes=3000, max_nodes=4, max_children=3, back_rate=0.1)
+    limited = get_extractor("ilp-acyc", threads=2, cycles="basis", tie_break=tie_break).extract(p, time_limit=1.0)
+    proven = get_extractor("ilp-acyc", cycles="basis", tie_break=tie_break).extract(p, time_limit=120)
+    assert proven.optimal
+    assert limited.bound is not None and limited.bound <= proven.cost * (1 + 1e-12)
+    assert limited.cost >= proven.cost * (1 - 1e-5)
+    assert 0.0 <= limited.gap <= 1.0
+    assert greedy_ocf(p).bound is None
 
 
 def test_hint_is_complete_when_the_greedy_choice_is_dominated():

@@ -33,6 +33,7 @@ says so. Every returned choice is validated.
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import Iterable, Sequence
 
@@ -40,7 +41,7 @@ import numpy as np
 
 from .cycles import acyclic_groups, cyclic_components, cycle_basis, find_cycle_in_choice, simple_cycles
 from .merge_greedy import greedy_merge
-from .presolve import Reduced, integer_weights, reduce_problem, tie_break_weights
+from .presolve import Reduced, integer_weights, reduce_problem, rounding_slack, tie_break_weights
 from .problem import ExtractionProblem, Solution
 from .validate import ExtractionError, solution_cost, validate_solution
 
@@ -129,7 +130,8 @@ class _CpSat:
         optimal = status == self._cp.OPTIMAL
         infeasible = status == self._cp.INFEASIBLE
         values = (lambda v: solver.value(self.vars[v])) if has else None
-        bound = solver.best_objective_bound if has else None
+        # the bound holds whether or not a solution was found (CP-SAT's initial domain at worst)
+        bound = None if infeasible or status == self._cp.MODEL_INVALID else solver.best_objective_bound
         return name, has, optimal, infeasible, values, bound
 
 
@@ -280,15 +282,31 @@ class Encoding:
             for d in red.child_sets[n]:
                 backend.clause([(self.x[n], False)] + [(self.x[m], True) for m in red.class_nodes[d]])
         self.tie_slack = 0  # the tie-break's share of a solver bound (see presolve.tie_break_weights)
+        self.parts = 1  # weight units per unit of the rounded weights (the tie-break's K)
+        self.rounding = 0.0  # how much the rounded weights can overstate a solution (presolve.rounding_slack)
         if integral_weights:
-            weights, self.scale = integer_weights(problem.node_cost[nodes] if nodes else np.zeros(0))
+            costs = problem.node_cost[nodes] if nodes else np.zeros(0)
+            weights, self.scale = integer_weights(costs)
+            self.rounding = rounding_slack(weights, costs, self.scale, problem.node_class[nodes])
             if tie_break:
-                weights, parts, self.tie_slack = tie_break_weights(weights, nodes, problem.node_class,
-                                                                   exact=self.scale == 1.0)
-                self.scale *= parts
+                weights, self.parts, self.tie_slack = tie_break_weights(weights, nodes, problem.node_class,
+                                                                        exact=self.scale == 1.0)
+                self.scale *= self.parts
         else:
             weights, self.scale = problem.node_cost[nodes], 1.0
+        self.weight = dict(zip(nodes, np.asarray(weights).tolist()))
         backend.minimize([self.x[n] for n in nodes], list(weights))
+
+    def cost_bound(self, bound: float | None) -> float | None:
+        """A lower bound on the optimum's cost from a solver's bound on the weighted objective:
+        the tie-break's and the rounding's share taken off, then unscaled."""
+        if bound is None or not np.isfinite(bound):
+            return None
+        if self.parts == 1 and self.scale == 1.0 and not self.rounding:
+            return max(float(bound), 0.0)  # real costs (SCIP), or integral ones without a tie-break
+        # every solution's rounded weight is an integer: at least the ceiling of the bound's share
+        rounded = math.ceil((bound - self.tie_slack) / self.parts - 1e-9) - self.rounding
+        return max(rounded * self.parts / self.scale, 0.0)
 
     def add_cycle(self, cycle: Sequence[int]) -> bool:
         """Constraints (4)-(6) for one class cycle; False when the cycle needs none."""
@@ -320,6 +338,7 @@ def _solve_loop(problem, red, roots, enc: Encoding, warm: Solution, time_limit, 
     deadline = None if time_limit is None else started + time_limit
     solve_time = 0.0
     rounds = 0
+    bound = None
     added_keys: set[frozenset] = set()
     while True:
         remaining = None if deadline is None else deadline - time.perf_counter()
@@ -339,15 +358,17 @@ def _solve_loop(problem, red, roots, enc: Encoding, warm: Solution, time_limit, 
             validate_solution(problem, choice, roots)
             info = dict(extra_info, solver_status=status, lazy_rounds=rounds, cycles=enc.num_cycles,
                         variables=len(enc.backend.vars), constraints=enc.backend.num_constraints,
-                        weight_scale=enc.scale, bound=None if bound is None else bound - enc.tie_slack)
+                        weight_scale=enc.scale)
             cost = solution_cost(problem, choice, roots)
+            lower = enc.cost_bound(bound)
             if not optimal and warm.cost < cost:
                 # stopped by the time limit with an incumbent dearer than the warm start: never worse than greedy
                 return Solution(choice=warm.choice, cost=warm.cost, optimal=False,
                                 status=f"{WARM} ({name}: {status}, its best was dearer)", solve_time=solve_time,
-                                encode_time=encode_time, info=info)
-            return Solution(choice=choice, cost=cost, optimal=optimal,
-                            status=status, solve_time=solve_time, encode_time=encode_time, info=info)
+                                encode_time=encode_time, info=info,
+                                bound=None if lower is None else min(lower, warm.cost))
+            return Solution(choice=choice, cost=cost, optimal=optimal, status=status, solve_time=solve_time,
+                            encode_time=encode_time, info=info, bound=None if lower is None else min(lower, cost))
         key = frozenset(cycle)
         if key in added_keys or not enc.add_cycle(cycle):
             raise ExtractionError(f"{name}: cycle {cycle} survived its own acyclic constraint")
@@ -355,9 +376,11 @@ def _solve_loop(problem, red, roots, enc: Encoding, warm: Solution, time_limit, 
         rounds += 1
     info = dict(extra_info, solver_status=status, lazy_rounds=rounds, cycles=enc.num_cycles,
                 variables=len(enc.backend.vars), constraints=enc.backend.num_constraints)
+    lower = enc.cost_bound(bound)
     return Solution(choice=warm.choice, cost=warm.cost, optimal=False,
                     status=f"fallback {WARM} ({name}: {status}, no solution in the time limit)",
-                    solve_time=solve_time, encode_time=encode_time, info=info)
+                    solve_time=solve_time, encode_time=encode_time, info=info,
+                    bound=None if lower is None else min(lower, warm.cost))
 
 
 #: the greedy extractor every exact one starts from (its solution is the hint, and the result when

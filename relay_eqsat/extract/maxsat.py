@@ -160,14 +160,18 @@ def maxsat(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, ti
             raise ExtractionError("maxsat: hard clauses reported unsatisfiable although the greedy "
                                   "extraction satisfies them")
         true = {lit for lit in model if lit > 0}
-        choice = choice_from_values(problem, red, {n for n, v in enc.x.items() if v + 1 in true})
+        chosen = {n for n, v in enc.x.items() if v + 1 in true}
+        choice = choice_from_values(problem, red, chosen)
         cycle = None if complete else find_cycle_in_choice(problem, choice, roots)
         if cycle is None:
             validate_solution(problem, choice, roots)
             info.update(lazy_rounds=rounds, cycles=enc.num_cycles, variables=len(cnf.vars),
                         hard_clauses=len(cnf.hard), soft_clauses=len(cnf.soft))
-            return Solution(choice=choice, cost=solution_cost(problem, choice, roots), optimal=True,
-                            status="OPTIMAL", solve_time=solve_time, encode_time=encode_time, info=info)
+            cost = solution_cost(problem, choice, roots)
+            # the model is optimal for the weights: its weight bounds every solution's from below
+            bound = enc.cost_bound(sum(enc.weight[n] for n in chosen))
+            return Solution(choice=choice, cost=cost, optimal=True, status="OPTIMAL", solve_time=solve_time,
+                            encode_time=encode_time, info=info, bound=None if bound is None else min(bound, cost))
         if not enc.add_cycle(cycle):
             raise ExtractionError(f"maxsat: cycle {cycle} survived its own acyclic constraint")
         rounds += 1

@@ -168,6 +168,18 @@ def integer_weights(costs: np.ndarray, resolution: int = 10**7) -> tuple[np.ndar
     return rounded[inverse], scale
 
 
+def rounding_slack(weights: np.ndarray, costs: np.ndarray, scale: float, classes: np.ndarray) -> float:
+    """How much the integer weights can overstate a solution's scaled cost: the sum over
+    classes of the largest ``w_n - cost_n * scale`` of the class (0 when none is positive).
+    A solution takes one node per class, so ``(w(S) - slack) / scale <= cost(S)``."""
+    if len(weights) == 0:
+        return 0.0
+    excess = np.maximum(np.asarray(weights, dtype=np.float64) - np.asarray(costs, dtype=np.float64) * scale, 0.0)
+    per_class = np.zeros(int(classes.max()) + 1)
+    np.maximum.at(per_class, classes, excess)
+    return float(per_class.sum())
+
+
 #: tie-break resolution: each weight unit is split into this many parts
 TIE_BREAK_PARTS = 1 << 16
 

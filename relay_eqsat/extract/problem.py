@@ -95,6 +95,8 @@ class Solution:
     optimal    True when an exact solver proved it optimal
     status     solver status or the extractor's name
     solve_time, encode_time  seconds
+    bound      a proven lower bound on the optimum's cost (exact extractors; None when
+               there is none), so ``cost - bound`` bounds how far ``cost`` can be from optimal
     """
 
     choice: dict[int, int]
@@ -104,3 +106,13 @@ class Solution:
     solve_time: float = 0.0
     encode_time: float = 0.0
     info: dict = field(default_factory=dict)
+    bound: float | None = None
+
+    @property
+    def gap(self) -> float | None:
+        """``(cost - bound) / cost``: how far the cost can be above the optimum (0 when proven)."""
+        if self.bound is None:
+            return None
+        if self.cost <= 0:
+            return 0.0
+        return max(self.cost - self.bound, 0.0) / self.cost
