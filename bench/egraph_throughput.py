@@ -1,28 +1,49 @@
 """E-graph growth throughput: our Cython e-graph + TENSAT scheduler vs egglog.
 
-For each zoo model (BERT and NasNet-A by default), the Relay model is
-converted to a TensorGraph, inserted into an e-graph, and grown with the
-TENSAT scheduler and the default rule set (k_multi=1, node limit 50,000).
-We report e-nodes added per second and total time. The same workload is then
-expressed in egglog (the Rust library's Python bindings, same process): the
-same initial e-graph (one constructor per operator and arity, attributes as a
-string) and the syntactic rules of the default set that need no shape
-reasoning (commutativity, associativity, distributivity, factoring, the
-dense/conv merges as multi-pattern rules), with the multi-pattern ruleset
-run only in the first iteration and the rest for as many iterations as our
-run took. egglog does no shape checking, so its e-graph can differ; the
-comparison is of e-nodes added per second. The ratio ours/egglog goes to
-``bench/results/egraph_throughput.json``.
+For each zoo model (BERT, NasNet-A and Inception-v3 by default, full size)
+and each row of ``--k-multi`` x ``--node-limits`` (default 1,2 x 10000,50000),
+the Relay model is converted to a TensorGraph, inserted into an e-graph and
+grown with the TENSAT scheduler and the default rule set (every rule
+shape-checked: that time is ours) until saturation, the node limit or the
+iteration limit. We report e-nodes added per second and the time to
+saturation (or to the limit).
 
-    python bench/egraph_throughput.py [--small] [--models bert,nasnet_a] [--node-limit 50000]
+The same workload is then expressed in egglog (the Rust library's Python
+bindings, same process): the same initial e-graph (one constructor per
+operator and arity, attributes as a string) and the rules of the default set
+that need no shape reasoning (commutativity, associativity, distributivity,
+factoring, the dense/conv merges as multi-pattern rules), the multi-pattern
+ruleset run only in the first ``k_multi`` iterations, for as many iterations
+as our run took, one ``run`` per iteration, stopping early once its e-graph
+reaches the node limit (sizes read between iterations, outside the timing).
+What differs: egglog checks no shapes, has no cycle filter, and lacks the
+rules that compute attributes from shapes (splits, reshapes, transposes,
+padding), so its e-graph differs; the comparison is of e-nodes added per
+second, and the ratio is ours/egglog.
+
+Each repetition runs in a fresh worker process (``--repeat``, default 3), so
+that our process-wide caches (interned signatures and their shape inference,
+application plans) start cold as in a real run; the table shows medians of
+the repetitions, measured side by side in one invocation.
+
+    python bench/egraph_throughput.py [--small] [--models bert,nasnet_a,inception_v3]
+        [--k-multi 1,2] [--node-limits 10000,50000] [--repeat 3]
+
+``--node-limit N`` (one limit) is kept as an alias of ``--node-limits N``.
+Results: ``bench/results/egraph_throughput.json`` and the printed table in
+``egraph_throughput.log``.
 """
 from __future__ import annotations
 
 import json
 import re
+import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import tables
 import zoo_models
 
 
@@ -86,6 +107,7 @@ def _egglog_rules(used: set[tuple[str, int]]) -> tuple[list[str], list[str]]:
 
 
 def build_egglog_program(graph, iterations: int, k_multi: int):
+    """The egglog program: declarations, rules and the initial e-graph, then one line per iteration."""
     used = set()
     for n in graph.nodes:
         used.add((n.op, len(n.inputs)))
@@ -105,12 +127,10 @@ def build_egglog_program(graph, iterations: int, k_multi: int):
             key = f"{n.op}:{n.attrs.get('name', '')}:{n.attrs.get('key', '')}:{i if n.op == 'opaque' else ''}"
         args = " ".join(f"n{j}" for j in n.inputs)
         lines.append(f"(let n{i} ({_ctor(n.op, len(n.inputs))} \"{key}\"{' ' + args if args else ''}))")
-    sched = []
-    for it in range(iterations):
-        sched.append("(run multi)" if it < k_multi else "")
-        sched.append("(run single)")
-    lines.append("(run-schedule " + " ".join(s for s in sched if s) + ")" if sched else "")
-    return "\n".join(lines)
+    head = "\n".join(lines)
+    steps = [("(run-schedule (run multi) (run single))" if it < k_multi else "(run-schedule (run single))")
+             for it in range(iterations)]
+    return head, steps
 
 
 def egglog_size(egraph) -> int:
@@ -119,55 +139,142 @@ def egglog_size(egraph) -> int:
     return len(nodes)
 
 
-def run_egglog(graph, iterations: int, k_multi: int):
+def run_egglog(graph, iterations: int, k_multi: int, max_added: int | None = None):
+    """``(nodes before, nodes after, seconds, iterations run)``: egglog's side of the workload,
+    one timed ``run`` per iteration, stopping once it has added ``max_added`` e-nodes (our node
+    limit less our initial e-graph: egglog's count also has its string literals)."""
     from egglog import bindings
 
-    prog = build_egglog_program(graph, iterations, k_multi)
-    head, _, run = prog.rpartition("\n")
+    head, steps = build_egglog_program(graph, iterations, k_multi)
     eg = bindings.EGraph()
     eg.run_program(*eg.parse_program(head))
-    before = egglog_size(eg)
-    t = time.perf_counter()
-    eg.run_program(*eg.parse_program(run))
-    elapsed = time.perf_counter() - t
-    after = egglog_size(eg)
-    return before, after, elapsed
+    before = size = egglog_size(eg)
+    elapsed = 0.0
+    done = 0
+    for step in steps:
+        cmds = eg.parse_program(step)
+        t = time.perf_counter()
+        eg.run_program(*cmds)
+        elapsed += time.perf_counter() - t
+        done += 1
+        size = egglog_size(eg)
+        if max_added is not None and size - before >= max_added:
+            break
+    return before, size, elapsed, done
+
+
+def worker(name: str, small: bool, k_multi: int, node_limit: int, iter_limit: int) -> dict:
+    """One repetition of one row, in this (fresh) process: ours, then egglog."""
+    graph = load_graph(name, small)
+    eg, rep = run_ours(graph, node_limit, iter_limit, k_multi)
+    ours = dict(nodes_before=rep.nodes_before, nodes_after=rep.nodes_after, seconds=rep.total_time,
+                nodes_per_second=rep.nodes_added / rep.total_time if rep.total_time else 0.0,
+                iterations=rep.iterations, stop_reason=rep.stop_reason, blacklisted=rep.blacklisted,
+                search=rep.search_time, apply=rep.apply_time, rebuild=rep.rebuild_time, filter=rep.filter_time)
+    row = dict(graph_nodes=len(graph), ours=ours)
+    try:
+        before, after, secs, its = run_egglog(graph, max(rep.iterations, 1), k_multi,
+                                               node_limit - rep.nodes_before)
+        row["egglog"] = dict(nodes_before=before, nodes_after=after, seconds=secs, iterations=its,
+                             nodes_per_second=(after - before) / secs if secs else 0.0)
+    except ImportError as e:
+        row["egglog"] = dict(error=f"egglog not installed: {e}")
+    return row
+
+
+def run_row(name: str, small: bool, k_multi: int, node_limit: int, iter_limit: int, repeat: int) -> dict:
+    """``repeat`` fresh worker processes for one row; medians of their figures."""
+    reps = []
+    for _ in range(repeat):
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker",
+               json.dumps([name, small, k_multi, node_limit, iter_limit])]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            raise RuntimeError(f"worker for {name} failed:\n{out.stderr[-2000:]}")
+        reps.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    first = reps[0]
+    for r in reps[1:]:  # the e-graph growth is deterministic: every repetition the same sizes
+        if (r["ours"]["nodes_after"], r["ours"]["iterations"]) != (first["ours"]["nodes_after"],
+                                                                   first["ours"]["iterations"]):
+            raise RuntimeError(f"{name}: repetitions grew different e-graphs")
+
+    def med(side, key):
+        vals = [r[side][key] for r in reps if key in r[side]]
+        return statistics.median(vals) if vals else None
+
+    ours = dict(first["ours"], seconds=med("ours", "seconds"), nodes_per_second=med("ours", "nodes_per_second"),
+                search=med("ours", "search"), apply=med("ours", "apply"), rebuild=med("ours", "rebuild"),
+                filter=med("ours", "filter"), seconds_all=[r["ours"]["seconds"] for r in reps])
+    row = dict(model=name, small=small, k_multi=k_multi, node_limit=node_limit, graph_nodes=first["graph_nodes"],
+               repeat=repeat, ours=ours)
+    if "error" in first["egglog"]:
+        row["egglog"] = first["egglog"]
+        row["ratio_ours_over_egglog"] = None
+    else:
+        row["egglog"] = dict(first["egglog"], seconds=med("egglog", "seconds"),
+                             nodes_per_second=med("egglog", "nodes_per_second"),
+                             seconds_all=[r["egglog"]["seconds"] for r in reps])
+        rate = row["egglog"]["nodes_per_second"]
+        row["ratio_ours_over_egglog"] = ours["nodes_per_second"] / rate if rate else None
+    return row
+
+
+def _ints(spec: str) -> list[int]:
+    return [int(x) for x in str(spec).split(",") if x.strip()]
 
 
 def main(argv=None):
-    ap = zoo_models.base_parser(__doc__, "egraph_throughput.json", models="bert,nasnet_a")
-    ap.add_argument("--node-limit", type=int, default=50_000)
+    ap = zoo_models.base_parser(__doc__, "egraph_throughput.json", models="bert,nasnet_a,inception_v3")
+    ap.add_argument("--node-limits", default="10000,50000", help="comma-separated node limits (rows)")
+    ap.add_argument("--node-limit", type=int, default=None, help="one node limit (alias of --node-limits N)")
     ap.add_argument("--iter-limit", type=int, default=15)
-    ap.add_argument("--k-multi", type=int, default=1)
+    ap.add_argument("--k-multi", default="1,2", help="comma-separated k_multi values (rows)")
+    ap.add_argument("--repeat", type=int, default=3, help="fresh worker processes per row (medians)")
+    ap.add_argument("--worker", default=None, help=argparse_hidden())
     args = ap.parse_args(argv)
+    if args.worker is not None:
+        name, small, k_multi, node_limit, iter_limit = json.loads(args.worker)
+        print(json.dumps(worker(name, small, k_multi, node_limit, iter_limit)))
+        return None
+    limits = [args.node_limit] if args.node_limit is not None else _ints(args.node_limits)
+    ks = _ints(args.k_multi)
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
     results = []
     for name in zoo_models.model_names(args.models):
-        graph = load_graph(name, zoo_models.small_for(args, name))
-        eg, rep = run_ours(graph, args.node_limit, args.iter_limit, args.k_multi)
-        ours_rate = rep.nodes_added / rep.total_time if rep.total_time else 0.0
-        print(f"{name}: ours   {rep.nodes_before} -> {rep.nodes_after} e-nodes in {rep.total_time:.3f}s "
-              f"({ours_rate:,.0f} e-nodes/s), {rep.iterations} iterations, stop: {rep.stop_reason}")
-        row = dict(model=name, small=zoo_models.small_for(args, name), graph_nodes=len(graph), ours=dict(
-            nodes_before=rep.nodes_before, nodes_after=rep.nodes_after, seconds=rep.total_time,
-            nodes_per_second=ours_rate, iterations=rep.iterations, stop_reason=rep.stop_reason,
-            blacklisted=rep.blacklisted, search=rep.search_time, apply=rep.apply_time,
-            rebuild=rep.rebuild_time, filter=rep.filter_time))
-        try:
-            before, after, secs = run_egglog(graph, max(rep.iterations, 1), args.k_multi)
-            rate = (after - before) / secs if secs else 0.0
-            print(f"{name}: egglog {before} -> {after} e-nodes in {secs:.3f}s ({rate:,.0f} e-nodes/s)")
-            row["egglog"] = dict(nodes_before=before, nodes_after=after, seconds=secs, nodes_per_second=rate)
-            row["ratio_ours_over_egglog"] = ours_rate / rate if rate else None
-            if rate:
-                print(f"{name}: ratio ours/egglog (e-nodes/s) = {ours_rate / rate:.2f}")
-        except ImportError as e:
-            row["egglog"] = dict(error=f"egglog not installed: {e}")
-        results.append(row)
+        small = zoo_models.small_for(args, name)
+        for k in ks:
+            for limit in limits:
+                row = run_row(name, small, k, limit, args.iter_limit, args.repeat)
+                o, e = row["ours"], row["egglog"]
+                print(f"{name} k_multi={k} limit={limit}: ours {o['nodes_before']} -> {o['nodes_after']} e-nodes in "
+                      f"{o['seconds']:.3f}s ({o['nodes_per_second']:,.0f}/s, {o['iterations']} it, "
+                      f"{o['stop_reason']}); egglog " + (e.get("error") or
+                      f"{e['nodes_before']} -> {e['nodes_after']} in {e['seconds']:.4f}s "
+                      f"({e['nodes_per_second']:,.0f}/s)"), flush=True)
+                results.append(row)
+    headers = ["model", "k", "limit", "ours e-nodes", "it", "stop", "ours s", "ours e-nodes/s",
+               "egglog e-nodes", "egglog s", "egglog e-nodes/s", "ours/egglog"]
+    rows = []
+    for r in results:
+        o, e = r["ours"], r["egglog"]
+        rows.append([r["model"], r["k_multi"], r["node_limit"], f"{o['nodes_before']}->{o['nodes_after']}",
+                     o["iterations"], o["stop_reason"], o["seconds"], round(o["nodes_per_second"]),
+                     f"{e['nodes_before']}->{e['nodes_after']}" if "error" not in e else "-",
+                     e.get("seconds"), round(e["nodes_per_second"]) if "error" not in e else None,
+                     r["ratio_ours_over_egglog"]])
+    text = tables.print_table(headers, rows, title=f"e-graph growth, medians of {args.repeat} fresh processes")
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
-    print(f"wrote {out}")
+    tables.write_json(out, dict(machine=tables.machine_info(), repeat=args.repeat, rows=results))
+    out.with_suffix(".log").write_text(text + "\n")
+    print(f"wrote {out.with_suffix('.log')}")
     return results
+
+
+def argparse_hidden():
+    import argparse
+
+    return argparse.SUPPRESS
 
 
 if __name__ == "__main__":

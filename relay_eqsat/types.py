@@ -98,6 +98,11 @@ class Attrs(Mapping):
         self._dict = dict(frozen)
         self._hash = hash(frozen)
 
+    def __reduce__(self):
+        # rebuilt from the items, never from the pickled ``_hash``: string hashes differ between
+        # processes, and a stale one made equal attributes intern apart (a different e-graph)
+        return (Attrs, (dict(self._items),))
+
     def __getitem__(self, key: str) -> Any:
         return self._dict[key]
 

@@ -215,3 +215,23 @@ def test_attrs_are_immutable_hashable_values():
         Attrs(f=object())
     with pytest.raises(KeyError):
         a["missing"]
+
+
+def test_attrs_pickled_into_another_process_hash_like_fresh_ones():
+    """String hashes differ between processes: an unpickled Attrs must hash as one built there."""
+    import pickle
+    import subprocess
+    import sys
+
+    from relay_eqsat.types import Attrs
+
+    a = Attrs(layout="NCHW", strides=(1, 1), axis=1)
+    code = ("import pickle, sys\n"
+            "from relay_eqsat.types import Attrs\n"
+            "a = pickle.loads(sys.stdin.buffer.read())\n"
+            "b = Attrs(layout='NCHW', strides=(1, 1), axis=1)\n"
+            "assert a == b and hash(a) == hash(b) and len({a: 1, b: 2}) == 1, (hash(a), hash(b))\n")
+    env = dict(__import__("os").environ, PYTHONHASHSEED="12345")
+    done = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(a), env=env, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()
+    assert pickle.loads(pickle.dumps(a)) == a

@@ -5,6 +5,7 @@ e-matching, cycle filtering) and its flat view for extraction.
     EGraphArrays    its canonical classes and alive nodes as arrays (``EGraph.arrays()``)
     Program         a compiled pattern for ``EGraph.search``
     DescendantsMap  TENSAT's per-iteration cycle pre-filter snapshot
+    join_flat       the join of a multi-pattern rule's matches (``rules.flat_join``)
 """
 from .arrays import EGraphArrays
 from .core import (
@@ -14,6 +15,7 @@ from .core import (
     attrs_id,
     attrs_of,
     infer_type_id,
+    join_flat,
     op_id,
     op_name,
     signature_id,
@@ -26,5 +28,5 @@ from .core import (
 
 __all__ = [
     "EGraph", "EGraphArrays", "Program", "DescendantsMap", "op_id", "op_name", "attrs_id", "attrs_of",
-    "type_id", "type_of", "value_id", "value_of", "infer_type_id", "signature_id", "signature_of",
+    "type_id", "type_of", "value_id", "value_of", "infer_type_id", "signature_id", "signature_of", "join_flat",
 ]

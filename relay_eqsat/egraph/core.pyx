@@ -12,7 +12,12 @@ Storage (all int32 C arrays, grown by doubling, copied with ``memcpy``):
 * e-classes ``0..nc-1``: union-find parent, node-list head/tail, analysis data
   (interned type id; flags: constant, opaque), and a linked list of parent
   entries (the nodes that use the class), spliced in O(1) on union.
-* the hashcons: a Python dict from (op, attrs, *canonical children) to node id.
+* the hashcons: an open-addressing hash table (linear probing) of node ids,
+  keyed by each node's (op, attrs, children) as stored in the node arrays
+  (the children are canonical when the node is added or repaired, and only
+  ``rebuild`` rewrites them, deleting and re-inserting the entry around it).
+* per operator id, the ids of the nodes with that op in insertion order (what
+  ``search`` scans instead of every node).
 
 Operator names, attribute sets, types, attribute values and node signatures
 are interned in process-wide append-only tables, so ids stay valid across
@@ -29,7 +34,10 @@ opaque) is merged on union; a type disagreement is a bug and raises.
 """
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memset
-from libc.stdint cimport int32_t, uint8_t, uint64_t
+from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
+from cpython.ref cimport PyObject, Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.long cimport PyLong_FromLong
 
 import numpy as _np
 
@@ -155,6 +163,20 @@ DEF N_CONST = 4
 # class flags
 DEF C_CONST = 1
 DEF C_OPAQUE = 2
+# hashcons slots
+DEF H_EMPTY = -1
+DEF H_TOMB = -2
+
+
+cdef inline uint64_t _key_hash(int32_t op, int32_t attrs, const int32_t* kids, int32_t m) noexcept nogil:
+    """A 64-bit hash of an e-node key (op, attrs, children); a multiply-xorshift mix."""
+    cdef uint64_t h = (<uint64_t> <uint32_t> op) * 0x9E3779B97F4A7C15ULL
+    cdef int32_t k
+    h = (h ^ (<uint64_t> <uint32_t> attrs) ^ (h >> 29)) * 0xBF58476D1CE4E5B9ULL
+    for k in range(m):
+        h = (h ^ (<uint64_t> <uint32_t> kids[k]) ^ (h >> 31)) * 0x94D049BB133111EBULL
+    h ^= h >> 32
+    return h
 
 
 cdef int32_t* _grow32(int32_t* p, Py_ssize_t n) except NULL:
@@ -190,6 +212,7 @@ cdef uint8_t* _dup8(uint8_t* p, Py_ssize_t n, Py_ssize_t cap) except NULL:
 
 
 cdef class DescendantsMap
+cdef class CompiledPlan
 
 
 cdef class EGraph:
@@ -232,7 +255,15 @@ cdef class EGraph:
     cdef int32_t* p_next
     cdef Py_ssize_t np, pcap
 
-    cdef dict hashcons
+    # hashcons: slot -> node id (H_EMPTY, H_TOMB), with the key's hash per slot
+    cdef int32_t* h_node
+    cdef uint64_t* h_hash
+    cdef Py_ssize_t h_cap, h_used
+    # per op id: node ids in insertion order
+    cdef int32_t** o_nodes
+    cdef int32_t* o_len
+    cdef int32_t* o_cap
+    cdef Py_ssize_t o_n
     cdef list pending
     cdef list apending
     cdef int32_t stamp
@@ -252,12 +283,18 @@ cdef class EGraph:
         self.c_phead = self.c_ptail = self.c_stamp = NULL
         self.c_flags = NULL
         self.p_node = self.p_next = NULL
+        self.h_node = NULL
+        self.h_hash = NULL
+        self.h_cap = self.h_used = 0
+        self.o_nodes = NULL
+        self.o_len = self.o_cap = NULL
+        self.o_n = 0
         self.nn = self.ncap = self.nch = self.chcap = 0
         self.nc = self.ccap = self.np = self.pcap = 0
 
     def __init__(self):
         self._alloc(256, 512, 256, 512)
-        self.hashcons = {}
+        self._hc_init(1024)
         self.pending = []
         self.apending = []
         self.stamp = 0
@@ -274,6 +311,177 @@ cdef class EGraph:
         free(self.uf); free(self.c_head); free(self.c_tail); free(self.c_type)
         free(self.c_phead); free(self.c_ptail); free(self.c_stamp); free(self.c_flags)
         free(self.p_node); free(self.p_next)
+        free(self.h_node); free(self.h_hash)
+        self._free_op_index()
+
+    cdef void _free_op_index(self) noexcept:
+        cdef Py_ssize_t i
+        if self.o_nodes != NULL:
+            for i in range(self.o_n):
+                free(self.o_nodes[i])
+        free(self.o_nodes); free(self.o_len); free(self.o_cap)
+        self.o_nodes = NULL
+        self.o_len = self.o_cap = NULL
+        self.o_n = 0
+
+    # ------------------------------------------------------------------
+    # hashcons (open addressing, linear probing, tombstones)
+    # ------------------------------------------------------------------
+    cdef int _hc_init(self, Py_ssize_t cap) except -1:
+        cdef Py_ssize_t i
+        free(self.h_node); free(self.h_hash)
+        self.h_node = <int32_t*> malloc(cap * sizeof(int32_t))
+        self.h_hash = <uint64_t*> malloc(cap * sizeof(uint64_t))
+        if self.h_node == NULL or self.h_hash == NULL:
+            raise MemoryError()
+        for i in range(cap):
+            self.h_node[i] = H_EMPTY
+        self.h_cap = cap
+        self.h_used = 0
+        return 0
+
+    cdef inline bint _hc_match(self, int32_t n, int32_t op, int32_t attrs, const int32_t* kids,
+                               int32_t m) noexcept nogil:
+        cdef int32_t k, s
+        if self.n_op[n] != op or self.n_attrs[n] != attrs or self.n_nch[n] != m:
+            return False
+        s = self.n_cstart[n]
+        for k in range(m):
+            if self.ch[s + k] != kids[k]:
+                return False
+        return True
+
+    cdef int32_t _hc_get(self, int32_t op, int32_t attrs, const int32_t* kids, int32_t m) noexcept nogil:
+        """The node stored under (op, attrs, kids), or -1."""
+        cdef uint64_t h = _key_hash(op, attrs, kids, m)
+        cdef Py_ssize_t mask = self.h_cap - 1, i = <Py_ssize_t> (h & <uint64_t> mask)
+        cdef int32_t n
+        while True:
+            n = self.h_node[i]
+            if n == H_EMPTY:
+                return -1
+            if n >= 0 and self.h_hash[i] == h and self._hc_match(n, op, attrs, kids, m):
+                return n
+            i = (i + 1) & mask
+
+    cdef inline int32_t _hc_get_node(self, int32_t p) noexcept nogil:
+        """The node stored under node ``p``'s current key, or -1."""
+        return self._hc_get(self.n_op[p], self.n_attrs[p], self.ch + self.n_cstart[p], self.n_nch[p])
+
+    cdef int _hc_set_node(self, int32_t p) except -1:
+        """Store node ``p`` under its current key (replacing the node stored there, if any)."""
+        cdef int32_t op = self.n_op[p], attrs = self.n_attrs[p], m = self.n_nch[p], n
+        cdef const int32_t* kids = self.ch + self.n_cstart[p]
+        cdef uint64_t h = _key_hash(op, attrs, kids, m)
+        cdef Py_ssize_t mask, i, tomb = -1
+        if (self.h_used + 1) * 2 > self.h_cap:
+            self._hc_resize()
+        mask = self.h_cap - 1
+        i = <Py_ssize_t> (h & <uint64_t> mask)
+        while True:
+            n = self.h_node[i]
+            if n == H_EMPTY:
+                break
+            if n == H_TOMB:
+                if tomb < 0:
+                    tomb = i
+            elif self.h_hash[i] == h and self._hc_match(n, op, attrs, kids, m):
+                self.h_node[i] = p
+                return 0
+            i = (i + 1) & mask
+        if tomb >= 0:
+            i = tomb
+        else:
+            self.h_used += 1
+        self.h_node[i] = p
+        self.h_hash[i] = h
+        return 0
+
+    cdef int _hc_del_node(self, int32_t p) except -1:
+        """Remove the entry of node ``p``'s current key if it is ``p``'s."""
+        cdef int32_t op = self.n_op[p], attrs = self.n_attrs[p], m = self.n_nch[p], n
+        cdef const int32_t* kids = self.ch + self.n_cstart[p]
+        cdef uint64_t h = _key_hash(op, attrs, kids, m)
+        cdef Py_ssize_t mask = self.h_cap - 1, i = <Py_ssize_t> (h & <uint64_t> mask)
+        while True:
+            n = self.h_node[i]
+            if n == H_EMPTY:
+                return 0
+            if n >= 0 and self.h_hash[i] == h and self._hc_match(n, op, attrs, kids, m):
+                if n == p:
+                    self.h_node[i] = H_TOMB
+                return 0
+            i = (i + 1) & mask
+
+    cdef int _hc_resize(self) except -1:
+        cdef int32_t* old_node = self.h_node
+        cdef uint64_t* old_hash = self.h_hash
+        cdef Py_ssize_t old_cap = self.h_cap, live = 0, i, j, cap, mask
+        for i in range(old_cap):
+            if old_node[i] >= 0:
+                live += 1
+        cap = old_cap
+        while (live + 1) * 4 > cap:
+            cap *= 2
+        self.h_node = NULL
+        self.h_hash = NULL
+        try:
+            self._hc_init(cap)
+        except MemoryError:
+            free(self.h_node); free(self.h_hash)
+            self.h_node, self.h_hash, self.h_cap = old_node, old_hash, old_cap
+            raise
+        mask = cap - 1
+        for i in range(old_cap):
+            if old_node[i] >= 0:
+                j = <Py_ssize_t> (old_hash[i] & <uint64_t> mask)
+                while self.h_node[j] != H_EMPTY:
+                    j = (j + 1) & mask
+                self.h_node[j] = old_node[i]
+                self.h_hash[j] = old_hash[i]
+                self.h_used += 1
+        free(old_node); free(old_hash)
+        return 0
+
+    # ------------------------------------------------------------------
+    # per-op node index
+    # ------------------------------------------------------------------
+    cdef int _index_op(self, int32_t op, int32_t n) except -1:
+        cdef Py_ssize_t i, newn
+        cdef int32_t cap
+        cdef int32_t** nodes
+        cdef int32_t* lens
+        cdef int32_t* caps
+        cdef int32_t* q
+        if op >= self.o_n:
+            newn = max(op + 1, 2 * self.o_n, 64)
+            nodes = <int32_t**> realloc(self.o_nodes, newn * sizeof(int32_t*))
+            if nodes == NULL:
+                raise MemoryError()
+            self.o_nodes = nodes
+            lens = <int32_t*> realloc(self.o_len, newn * sizeof(int32_t))
+            if lens == NULL:
+                raise MemoryError()
+            self.o_len = lens
+            caps = <int32_t*> realloc(self.o_cap, newn * sizeof(int32_t))
+            if caps == NULL:
+                raise MemoryError()
+            self.o_cap = caps
+            for i in range(self.o_n, newn):
+                self.o_nodes[i] = NULL
+                self.o_len[i] = 0
+                self.o_cap[i] = 0
+            self.o_n = newn
+        if self.o_len[op] >= self.o_cap[op]:
+            cap = self.o_cap[op] * 2 if self.o_cap[op] else 16
+            q = <int32_t*> realloc(self.o_nodes[op], cap * sizeof(int32_t))
+            if q == NULL:
+                raise MemoryError()
+            self.o_nodes[op] = q
+            self.o_cap[op] = cap
+        self.o_nodes[op][self.o_len[op]] = n
+        self.o_len[op] += 1
+        return 0
 
     cdef int _alloc(self, Py_ssize_t ncap, Py_ssize_t chcap, Py_ssize_t ccap, Py_ssize_t pcap) except -1:
         if ncap > self.ncap:
@@ -315,6 +523,7 @@ cdef class EGraph:
     def copy(self):
         """An independent e-graph with the same contents (array copies)."""
         cdef EGraph g = EGraph.__new__(EGraph)
+        cdef Py_ssize_t i
         g.ncap = self.ncap; g.nn = self.nn
         g.n_op = _dup32(self.n_op, self.nn, self.ncap)
         g.n_attrs = _dup32(self.n_attrs, self.nn, self.ncap)
@@ -346,7 +555,27 @@ cdef class EGraph:
         g.pcap = self.pcap; g.np = self.np
         g.p_node = _dup32(self.p_node, self.np, self.pcap)
         g.p_next = _dup32(self.p_next, self.np, self.pcap)
-        g.hashcons = self.hashcons.copy()
+        g.h_cap = self.h_cap; g.h_used = self.h_used
+        g.h_node = <int32_t*> malloc(self.h_cap * sizeof(int32_t))
+        g.h_hash = <uint64_t*> malloc(self.h_cap * sizeof(uint64_t))
+        if g.h_node == NULL or g.h_hash == NULL:
+            raise MemoryError()
+        memcpy(g.h_node, self.h_node, self.h_cap * sizeof(int32_t))
+        memcpy(g.h_hash, self.h_hash, self.h_cap * sizeof(uint64_t))
+        g.o_n = self.o_n
+        if self.o_n:
+            g.o_nodes = <int32_t**> malloc(self.o_n * sizeof(int32_t*))
+            g.o_len = <int32_t*> malloc(self.o_n * sizeof(int32_t))
+            g.o_cap = <int32_t*> malloc(self.o_n * sizeof(int32_t))
+            if g.o_nodes == NULL or g.o_len == NULL or g.o_cap == NULL:
+                raise MemoryError()
+            for i in range(self.o_n):
+                g.o_nodes[i] = NULL
+            for i in range(self.o_n):
+                g.o_len[i] = self.o_len[i]
+                g.o_cap[i] = self.o_cap[i]
+                if self.o_cap[i]:
+                    g.o_nodes[i] = _dup32(self.o_nodes[i], self.o_len[i], self.o_cap[i])
         g.pending = list(self.pending)
         g.apending = list(self.apending)
         g.stamp = 0
@@ -450,20 +679,34 @@ cdef class EGraph:
 
         Raises ShapeError when the operator rejects its children's types.
         """
-        cdef Py_ssize_t k, j, m = len(children)
-        cdef int32_t c, n, cls, sig
+        cdef Py_ssize_t k, m = len(children)
+        cdef int32_t c
+        cdef int32_t buf[16]
+        cdef int32_t* canon = buf
+        if m > 16:
+            canon = <int32_t*> malloc(m * sizeof(int32_t))
+            if canon == NULL:
+                raise MemoryError()
+        try:
+            for k in range(m):
+                c = children[k]
+                if c < 0 or c >= self.nc:
+                    raise IndexError(f"child class {c} out of range")
+                canon[k] = self._find(c)
+            return self._add(op, attrs, canon, <int32_t> m)
+        finally:
+            if canon != buf:
+                free(canon)
+
+    cdef int32_t _add(self, int32_t op, int32_t attrs, int32_t* canon, int32_t m) except -1:
+        """``add_ids`` with canonical children ``canon[0..m-1]``."""
+        cdef Py_ssize_t k, j
+        cdef int32_t c, n, cls, sig, hit
         cdef bint dup
-        canon = [0] * m
-        for k in range(m):
-            c = children[k]
-            if c < 0 or c >= self.nc:
-                raise IndexError(f"child class {c} out of range")
-            canon[k] = self._find(c)
-        key = (op, attrs, *canon)
-        hit = self.hashcons.get(key)
-        if hit is not None:
-            return self._find(self.n_class[<int32_t> hit])
-        sig = signature_id(op, attrs, tuple([self.c_type[c] for c in canon]))
+        hit = self._hc_get(op, attrs, canon, m)
+        if hit >= 0:
+            return self._find(self.n_class[hit])
+        sig = signature_id(op, attrs, tuple([self.c_type[canon[k]] for k in range(m)]))
         if self.nn >= self.ncap:
             self._alloc(self.ncap * 2, 0, 0, 0)
         if self.nch + m > self.chcap:
@@ -471,6 +714,7 @@ cdef class EGraph:
         if self.nc >= self.ccap:
             self._alloc(0, 0, self.ccap * 2, 0)
         n = self.nn
+        self._index_op(op, n)
         self.nn += 1
         cls = self.nc
         self.nc += 1
@@ -489,7 +733,7 @@ cdef class EGraph:
         self.uf[cls] = cls
         self.c_head[cls] = n
         self.c_tail[cls] = n
-        self.c_type[cls] = _SIGNATURES[sig][3]
+        self.c_type[cls] = <int32_t> (<tuple> _SIGNATURES[sig])[3]
         self.c_phead[cls] = -1
         self.c_ptail[cls] = -1
         self.c_flags[cls] = 0
@@ -507,7 +751,7 @@ cdef class EGraph:
                     break
             if not dup:
                 self._add_parent(c, n)
-        self.hashcons[key] = n
+        self._hc_set_node(n)
         self.n_alive += 1
         self.n_canon += 1
         return cls
@@ -518,9 +762,18 @@ cdef class EGraph:
 
     def lookup(self, str op, attrs=None, children=()):
         """The class of an existing e-node ``op(children)``, or None."""
-        key = (op_id(op), attrs_id(attrs), *[self._find(c) for c in children])
-        hit = self.hashcons.get(key)
-        return None if hit is None else self._find(self.n_class[<int32_t> hit])
+        cdef int32_t o = op_id(op), a = attrs_id(attrs), n
+        cdef Py_ssize_t k, m = len(children)
+        cdef int32_t* canon = <int32_t*> malloc((m if m else 1) * sizeof(int32_t))
+        if canon == NULL:
+            raise MemoryError()
+        try:
+            for k in range(m):
+                canon[k] = self.find(children[k])
+            n = self._hc_get(o, a, canon, <int32_t> m)
+        finally:
+            free(canon)
+        return None if n < 0 else self._find(self.n_class[n])
 
     def add_graph(self, graph, list mapping=None):
         """Insert a TensorGraph; returns the class of its output.
@@ -625,7 +878,7 @@ cdef class EGraph:
         applications that changed the e-graph.
         """
         cdef Py_ssize_t fired = 0, filtered = 0, i, j, r, ncls = len(cls_pos), nout = len(rhs_pos)
-        cdef Py_ssize_t noth = len(other_pos), nd
+        cdef Py_ssize_t noth = len(other_pos), nd, nkey = noth + 2 * ncls, npos, nm = len(matches), mi
         cdef tuple m, pos
         cdef int32_t c, root, v
         cdef bint bad
@@ -633,9 +886,19 @@ cdef class EGraph:
         cdef bint use_call = cycle is not None and dmap is None
         cdef int32_t vals[64]
         cdef int32_t dist[64]
-        if ncls > 64:
-            raise ValueError("too many class variables in one rule")
-        for m in matches:
+        cdef int32_t roots[64]
+        cdef int32_t ipos_cls[64]
+        cdef int32_t ipos_oth[128]
+        cdef object key, plan
+        cdef CompiledPlan cp
+        if ncls > 64 or nroots > 64 or noth > 128:
+            raise ValueError("too many variables in one rule")
+        for i in range(ncls):
+            ipos_cls[i] = cls_pos[i]
+        for i in range(noth):
+            ipos_oth[i] = other_pos[i]
+        for mi in range(nm):
+            m = matches[mi]
             if node_limit >= 0 and self.n_alive >= node_limit:
                 break
             if dmap is not None or use_call:
@@ -643,7 +906,8 @@ cdef class EGraph:
                 for i in range(nout):
                     pos = <tuple> rhs_pos[i]
                     root = m[i]
-                    for j in range(len(pos)):
+                    npos = len(pos)
+                    for j in range(npos):
                         if dmap is not None:
                             bad = dmap.reaches(m[<Py_ssize_t> pos[j]], root)
                         else:
@@ -658,7 +922,7 @@ cdef class EGraph:
             # distinct classes, ascending (insertion sort: a handful of variables)
             nd = 0
             for i in range(ncls):
-                v = m[<Py_ssize_t> cls_pos[i]]
+                v = m[ipos_cls[i]]
                 vals[i] = v
                 j = nd
                 while j > 0 and dist[j - 1] > v:
@@ -669,21 +933,21 @@ cdef class EGraph:
                     dist[r] = dist[r - 1]
                 dist[j] = v
                 nd += 1
-            key = [0] * (noth + 2 * ncls)
+            key = PyTuple_New(nkey)
             for i in range(noth):
-                key[i] = m[<Py_ssize_t> other_pos[i]]
+                _tuple_set(key, i, m[ipos_oth[i]])
             for i in range(ncls):
                 c = self._find(vals[i])
-                key[noth + i] = (self.c_type[c] << 1) | (self.c_flags[c] & C_CONST)
+                _tuple_set(key, noth + i, PyLong_FromLong((self.c_type[c] << 1) | (self.c_flags[c] & C_CONST)))
                 for j in range(nd):
                     if dist[j] == vals[i]:
-                        key[noth + ncls + i] = j
+                        _tuple_set(key, noth + ncls + i, PyLong_FromLong(j))
                         break
-            key = tuple(key)
-            classes = [dist[j] for j in range(nd)]
             plan = plans.get(key, plans)  # ``plans`` itself marks a miss
             if plan is plans:
-                plan = make_plan(m, classes)
+                plan = make_plan(m, [dist[j] for j in range(nd)])
+                if plan is not None and plan is not False:
+                    plan = CompiledPlan(<tuple> plan[0], <tuple> plan[1])
                 if len(plans) >= cache_size:
                     plans.clear()
                 plans[key] = plan
@@ -692,47 +956,67 @@ cdef class EGraph:
             if plan is False:
                 self.type_mismatches += 1
                 continue
-            if self._apply_template(<tuple> plan[0], <tuple> plan[1], list(m[:nroots]), classes):
+            for i in range(nroots):
+                roots[i] = m[i]
+            if self._apply_compiled(<CompiledPlan> plan, roots, dist, <int32_t> nd):
                 fired += 1
         return fired, filtered
 
-    cdef bint _apply_template(self, tuple steps, tuple outs, list roots, list classes) except -1:
-        """``apply_plan`` for a template: a reference >= PLACEHOLDER is ``classes[ref - PLACEHOLDER]``."""
-        cdef Py_ssize_t before_nodes = self.n_alive, before_classes = self.n_canon, i
-        cdef list handles = []
-        cdef tuple st
+    cdef bint _apply_compiled(self, CompiledPlan cp, const int32_t* roots, const int32_t* classes,
+                              int32_t ncls) except -1:
+        """Apply a compiled plan template: a reference >= PLACEHOLDER is ``classes[ref - PLACEHOLDER]``,
+        ``-(i + 1)`` the class of step ``i``'s node; outputs are merged with ``roots``."""
+        cdef Py_ssize_t before_nodes = self.n_alive, before_classes = self.n_canon
+        cdef int32_t i, k, nk, q = 0, ref, o, r, op, attrs
+        cdef int32_t kbuf[16]
+        cdef int32_t* kids = kbuf
+        cdef int32_t* handles = <int32_t*> malloc((cp.nsteps + 1) * sizeof(int32_t))
         cdef bint changed
-        cdef long o, r, k
-        for st in steps:
-            kids = []
-            for k in <tuple> st[2]:
-                if k < 0:
-                    kids.append(handles[-k - 1])
-                elif k >= C_PLACEHOLDER:
-                    kids.append(classes[k - C_PLACEHOLDER])
-                else:
-                    kids.append(k)
-            handles.append(self.add_ids(st[0], st[1], kids))
-        changed = self.n_alive != before_nodes
-        for i in range(len(outs)):
-            o = outs[i]
-            if o < 0:
-                o = handles[-o - 1]
-            elif o >= C_PLACEHOLDER:
-                o = classes[o - C_PLACEHOLDER]
-            r = roots[i]
-            if self.find(r) != self.find(o):
-                self.union(r, o)
-                changed = True
+        cdef const int32_t* d = cp.data
+        if handles == NULL:
+            raise MemoryError()
+        if cp.maxkids > 16:
+            kids = <int32_t*> malloc(cp.maxkids * sizeof(int32_t))
+            if kids == NULL:
+                free(handles)
+                raise MemoryError()
+        try:
+            for i in range(cp.nsteps):
+                op = d[q]
+                attrs = d[q + 1]
+                nk = d[q + 2]
+                q += 3
+                for k in range(nk):
+                    ref = d[q + k]
+                    if ref < 0:
+                        ref = handles[-ref - 1]
+                    elif ref >= C_PLACEHOLDER:
+                        ref = classes[ref - C_PLACEHOLDER]
+                    if ref < 0 or ref >= self.nc:
+                        raise IndexError(f"child class {ref} out of range")
+                    kids[k] = self._find(ref)
+                q += nk
+                handles[i] = self._add(op, attrs, kids, nk)
+            changed = self.n_alive != before_nodes
+            for i in range(cp.nouts):
+                o = d[q + i]
+                if o < 0:
+                    o = handles[-o - 1]
+                elif o >= C_PLACEHOLDER:
+                    o = classes[o - C_PLACEHOLDER]
+                r = roots[i]
+                if self.find(r) != self.find(o):
+                    self.union(r, o)
+                    changed = True
+        finally:
+            free(handles)
+            if kids != kbuf:
+                free(kids)
         return changed or self.n_canon != before_classes
 
     # ------------------------------------------------------------------
     # rebuilding
     # ------------------------------------------------------------------
-    cdef tuple _key(self, int32_t n):
-        cdef int32_t k, s = self.n_cstart[n]
-        return (self.n_op[n], self.n_attrs[n], *[self.ch[s + k] for k in range(self.n_nch[n])])
-
     cdef int _repair(self, int32_t c) except -1:
         cdef int32_t e, p, other, keep, drop, k, s, prev
         cdef list parents = []
@@ -743,19 +1027,14 @@ cdef class EGraph:
         for p in parents:
             if not (self.n_flags[p] & N_ALIVE):
                 continue
-            oldkey = self._key(p)
-            hit = self.hashcons.get(oldkey)
-            if hit is not None and <int32_t> hit == p:
-                del self.hashcons[oldkey]
+            self._hc_del_node(p)
             s = self.n_cstart[p]
             for k in range(self.n_nch[p]):
                 self.ch[s + k] = self._find(self.ch[s + k])
-            newkey = self._key(p)
-            hit = self.hashcons.get(newkey)
-            if hit is None:
-                self.hashcons[newkey] = p
+            other = self._hc_get_node(p)
+            if other < 0:
+                self._hc_set_node(p)
                 continue
-            other = <int32_t> hit
             if other == p:
                 continue
             # congruent nodes: keep one (not blacklisted if possible, else the older)
@@ -764,7 +1043,8 @@ cdef class EGraph:
             else:
                 keep = p if p < other else other
             drop = other if keep == p else p
-            self.hashcons[newkey] = keep
+            if keep == p:
+                self._hc_set_node(p)
             if self.n_flags[drop] & N_BLACK:
                 self.n_black -= 1
             self.n_flags[drop] &= ~(N_ALIVE | N_BLACK)
@@ -1125,7 +1405,7 @@ cdef class EGraph:
     def search(self, Program prog, int limit=-1):
         """All matches of a compiled pattern: a list of tuples
         ``(root class, class-var classes..., attr-var value ids...)``, deduplicated."""
-        cdef int32_t n, root_op = prog.op[0], root_nch = prog.nch[0]
+        cdef int32_t n, root_op = prog.op[0], root_nch = prog.nch[0], i, cnt
         cdef int32_t* regs = <int32_t*> malloc((prog.nregs + 1) * sizeof(int32_t))
         cdef int32_t* aslots = <int32_t*> malloc((prog.nattr + 1) * sizeof(int32_t))
         cdef set seen = set()
@@ -1133,9 +1413,11 @@ cdef class EGraph:
         if regs == NULL or aslots == NULL:
             free(regs); free(aslots)
             raise MemoryError()
+        cnt = self.o_len[root_op] if root_op < self.o_n else 0
         try:
-            for n in range(self.nn):
-                if self.n_op[n] != root_op or self.n_nch[n] != root_nch:
+            for i in range(cnt):
+                n = self.o_nodes[root_op][i]
+                if self.n_nch[n] != root_nch:
                     continue
                 if not (self.n_flags[n] & N_ALIVE) or (self.n_flags[n] & N_BLACK):
                     continue
@@ -1168,8 +1450,12 @@ cdef class EGraph:
         cdef int32_t n, k, s, cls, op, nch, j, slot
         cdef object vals
         if ip == p.ninstr:
-            m = (regs[0],) + tuple([self._find(regs[p.var_reg[j]]) for j in range(p.nvars)]) \
-                + tuple([aslots[j] for j in range(p.nattr)])
+            m = PyTuple_New(1 + p.nvars + p.nattr)
+            _tuple_set(m, 0, PyLong_FromLong(regs[0]))
+            for j in range(p.nvars):
+                _tuple_set(m, 1 + j, PyLong_FromLong(self._find(regs[p.var_reg[j]])))
+            for j in range(p.nattr):
+                _tuple_set(m, 1 + p.nvars + j, PyLong_FromLong(aslots[j]))
             if m not in seen:
                 seen.add(m)
                 out.append(m)
@@ -1284,6 +1570,181 @@ cdef class EGraph:
             node_attrs=ints[o + 3 * N:o + 4 * N], node_sig=ints[o + 4 * N:o + 5 * N],
             child_start=ints[o + 5 * N:o + 6 * N + 1], children=ints[o + 6 * N + 1:],
             node_const=flags[:N].view(_np.bool_), node_black=flags[N:2 * N].view(_np.bool_))
+
+
+cdef inline void _tuple_set(object t, Py_ssize_t i, object v):
+    """PyTuple_SET_ITEM with the reference it steals."""
+    Py_INCREF(v)
+    PyTuple_SET_ITEM(t, i, v)
+
+
+def join_flat(list matches, list slots, Py_ssize_t width, Py_ssize_t limit=-1):
+    """The join of a multi-pattern rule's search matches as flat tuples (see ``rules.flat_join``).
+
+    ``matches[i]``: the search tuples ``(root, *values)`` of pattern ``i``;
+    ``slots[i]``: the position in the result of each of its values. A result
+    is ``(root_0, ..., root_{k-1}, ...)`` of width ``width``: combinations
+    agreeing on shared positions, no root twice, in the order of a nested
+    loop over the patterns. ``limit`` >= 0: at most that many (every stage
+    stops there).
+    """
+    cdef Py_ssize_t k = len(matches), i, j, r, nrow, nnext, cap, ncap, ns, ni, q, mi
+    cdef int32_t* rows = NULL
+    cdef int32_t* nxt = NULL
+    cdef int32_t* tmp
+    cdef int32_t* row
+    cdef int32_t* out_row
+    cdef int32_t shared_pos[64]
+    cdef int32_t shared_slot[64]
+    cdef int32_t si_slot[64]
+    cdef bint bound[256]
+    cdef bint dup
+    cdef tuple m, si
+    cdef list hits, result
+    cdef dict index
+    cdef int32_t root
+    if k == 0:
+        return []
+    if width > 256:
+        raise ValueError("too many variables in one rule")
+    for i in range(width):
+        bound[i] = False
+    nrow = len(<list> matches[0])
+    rows = <int32_t*> malloc((nrow if nrow else 1) * width * sizeof(int32_t))
+    if rows == NULL:
+        raise MemoryError()
+    try:
+        si = <tuple> slots[0]
+        for r in range(nrow):
+            m = (<list> matches[0])[r]
+            row = rows + r * width
+            for j in range(width):
+                row[j] = -1
+            row[0] = m[0]
+            for j in range(len(si)):
+                row[<int32_t> si[j]] = m[1 + j]
+        for j in range(len(si)):
+            bound[<int32_t> si[j]] = True
+        for i in range(1, k):
+            si = <tuple> slots[i]
+            ni = len(si)
+            if ni > 64:
+                raise ValueError("too many variables in one pattern")
+            ns = 0
+            for j in range(ni):
+                si_slot[j] = si[j]
+                if bound[si_slot[j]]:
+                    shared_pos[ns] = <int32_t> j
+                    shared_slot[ns] = si_slot[j]
+                    ns += 1
+            index = {}
+            for mi in range(len(<list> matches[i])):
+                m = (<list> matches[i])[mi]
+                if ns == 1:
+                    key = m[1 + shared_pos[0]]
+                else:
+                    key = tuple([m[1 + shared_pos[q]] for q in range(ns)])
+                hits = index.get(key)
+                if hits is None:
+                    index[key] = [m]
+                else:
+                    hits.append(m)
+            ncap = 1024
+            nnext = 0
+            nxt = <int32_t*> malloc(ncap * width * sizeof(int32_t))
+            if nxt == NULL:
+                raise MemoryError()
+            for r in range(nrow):
+                row = rows + r * width
+                if ns == 1:
+                    key = row[shared_slot[0]]
+                else:
+                    key = tuple([row[shared_slot[q]] for q in range(ns)])
+                hits = index.get(key)
+                if hits is None:
+                    continue
+                for m in hits:
+                    root = m[0]
+                    dup = False
+                    for j in range(i):
+                        if row[j] == root:
+                            dup = True
+                            break
+                    if dup:
+                        continue
+                    if nnext == ncap:
+                        ncap *= 2
+                        tmp = <int32_t*> realloc(nxt, ncap * width * sizeof(int32_t))
+                        if tmp == NULL:
+                            raise MemoryError()
+                        nxt = tmp
+                    out_row = nxt + nnext * width
+                    memcpy(out_row, row, width * sizeof(int32_t))
+                    out_row[i] = root
+                    for j in range(ni):
+                        out_row[si_slot[j]] = m[1 + j]
+                    nnext += 1
+                    if nnext == limit:
+                        break
+                if nnext == limit:
+                    break
+            free(rows)
+            rows = nxt
+            nxt = NULL
+            nrow = nnext
+            if nrow == 0:
+                return []
+            for j in range(ni):
+                bound[si_slot[j]] = True
+        result = []
+        for r in range(nrow):
+            row = rows + r * width
+            t = PyTuple_New(width)
+            for j in range(width):
+                _tuple_set(t, j, PyLong_FromLong(row[j]))
+            result.append(t)
+        return result
+    finally:
+        free(rows)
+        free(nxt)
+
+
+cdef class CompiledPlan:
+    """An application plan (``(steps, outs)``, see ``apply_plan``) as one int32 array:
+    per step op, attrs, number of children, the children; then the outputs."""
+
+    cdef int32_t* data
+    cdef int32_t nsteps, nouts, maxkids
+
+    def __cinit__(self, tuple steps, tuple outs):
+        cdef Py_ssize_t size = len(outs), q = 0
+        cdef tuple st, kids
+        self.data = NULL
+        self.maxkids = 0
+        for st in steps:
+            size += 3 + len(<tuple> st[2])
+            if len(<tuple> st[2]) > self.maxkids:
+                self.maxkids = len(<tuple> st[2])
+        self.data = <int32_t*> malloc((size if size else 1) * sizeof(int32_t))
+        if self.data == NULL:
+            raise MemoryError()
+        self.nsteps = len(steps)
+        self.nouts = len(outs)
+        for st in steps:
+            kids = <tuple> st[2]
+            self.data[q] = st[0]
+            self.data[q + 1] = st[1]
+            self.data[q + 2] = len(kids)
+            q += 3
+            for k in kids:
+                self.data[q] = k
+                q += 1
+        for o in outs:
+            self.data[q] = o
+            q += 1
+
+    def __dealloc__(self):
+        free(self.data)
 
 
 # ---------------------------------------------------------------------------

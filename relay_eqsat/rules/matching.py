@@ -4,13 +4,14 @@ A :class:`Matcher` compiles the rules' source patterns once and searches each
 canonical pattern once per e-graph state (TENSAT Algorithm 1, lines 1-10).
 A multi-pattern rule's matches are the compatible combinations of its
 patterns' matches: :func:`join` gives them as raw environments (dicts),
-:func:`flat_join` as flat tuples for ``apply_search_matches``.
+:func:`flat_join` as flat tuples for ``apply_search_matches`` (joined in
+Cython, ``egraph.join_flat``).
 """
 from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from ..egraph import Program
+from ..egraph import Program, join_flat
 from .patterns import rename_tree
 from .rule import Rule
 
@@ -101,44 +102,8 @@ def flat_join(rule: Rule, matches: Sequence[list[tuple]], limit: int | None = No
     sources share a class with many matching nodes (e.g. dozens of ``dense``
     over one input after merges of merges) costs bounded time and memory."""
     k = len(rule.lhs)
-    slots = rule.flat_layout[2]
     if k == 1:
         m0 = matches[0]  # a search tuple is already flat: (root, *vars in canonical order)
         return m0 if limit is None or len(m0) <= limit else m0[:limit]
-    width = k + len(rule.flat_names)
-    partial = []
-    for m in matches[0]:
-        vals = [None] * width
-        vals[0] = m[0]
-        for j, sl in enumerate(slots[0]):
-            vals[sl] = m[1 + j]
-        partial.append(vals)
-    bound = set(slots[0])
-    for i in range(1, k):
-        si = slots[i]
-        shared = [(j, sl) for j, sl in enumerate(si) if sl in bound]
-        index: dict[tuple, list] = {}
-        for m in matches[i]:
-            index.setdefault(tuple([m[1 + j] for j, _ in shared]), []).append(m)
-        shared_slots = [sl for _, sl in shared]
-        nxt = []
-        cap = limit if limit is not None else -1
-        for vals in partial:
-            for m in index.get(tuple([vals[sl] for sl in shared_slots]), ()):
-                root = m[0]
-                if root in vals[:i]:
-                    continue
-                v2 = list(vals)
-                v2[i] = root
-                for j, sl in enumerate(si):
-                    v2[sl] = m[1 + j]
-                nxt.append(v2)
-                if len(nxt) == cap:
-                    break
-            if len(nxt) == cap:
-                break
-        partial = nxt
-        if not partial:
-            return []
-        bound |= set(si)
-    return [tuple(v) for v in partial]
+    return join_flat(list(matches), list(rule.flat_layout[2]), k + len(rule.flat_names),
+                     -1 if limit is None else limit)
