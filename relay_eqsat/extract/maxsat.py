@@ -70,7 +70,8 @@ class _Clauses:
 
 
 def _rc2(formula, engine: str, time_limit: float | None):
-    """Run RC2 in this process under a timer; returns (model or None, timed_out)."""
+    """Run RC2 in this process under a timer; returns (model or None, timed_out, lower bound on the
+    optimum's weight: the cost of the cores RC2 has relaxed, valid also when interrupted)."""
     from pysat.examples.rc2 import RC2, RC2Stratified
 
     solver = RC2Stratified(formula, blo="div") if engine == "rc2-stratified" else RC2(formula)
@@ -85,13 +86,14 @@ def _rc2(formula, engine: str, time_limit: float | None):
         if timer is not None:
             timer.start()
         model = solver.compute(expect_interrupt=timer is not None)
+        lower = solver.cost
     finally:
         if timer is not None:
             timer.cancel()
         solver.delete()
     if model is None:
-        return None, fired.is_set()
-    return list(model), False
+        return None, fired.is_set(), lower
+    return list(model), False, lower
 
 
 def _fm_child(formula, conn) -> None:
@@ -114,8 +116,8 @@ def _fm(formula, time_limit: float | None):
     send.close()
     try:
         if not receive.poll(time_limit):
-            return None, True
-        return receive.recv(), False
+            return None, True, None
+        return receive.recv(), False, None
     except EOFError:
         raise ExtractionError("the FM MaxSAT process died without an answer")
     finally:
@@ -139,6 +141,7 @@ def maxsat(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, ti
     deadline = None if time_limit is None else started + time_limit
     solve_time = 0.0
     rounds = 0
+    lower = None  # the best lower bound on the weighted optimum so far
     info = {"engine": engine, "cycle_mode": cycles, "cycles_enumerated": len(found), "cycles_complete": complete,
             "weight_scale": enc.scale}
     while True:
@@ -148,12 +151,14 @@ def maxsat(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, ti
         t0 = time.perf_counter()
         formula = cnf.wcnf()
         if not formula.soft:  # nothing to optimize; RC2Stratified cannot handle an empty objective
-            model, timed_out = _rc2(formula, "rc2", remaining)
+            model, timed_out, bound = _rc2(formula, "rc2", remaining)
         elif engine == "fm":
-            model, timed_out = _fm(formula, remaining)
+            model, timed_out, bound = _fm(formula, remaining)
         else:
-            model, timed_out = _rc2(formula, engine, remaining)
+            model, timed_out, bound = _rc2(formula, engine, remaining)
         solve_time += time.perf_counter() - t0
+        if bound is not None:  # a round with more cycle cuts is no easier: its bound holds too
+            lower = bound if lower is None else max(lower, bound)
         if model is None:
             if timed_out:
                 break
@@ -177,6 +182,8 @@ def maxsat(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, ti
         rounds += 1
     info.update(lazy_rounds=rounds, cycles=enc.num_cycles, variables=len(cnf.vars), hard_clauses=len(cnf.hard),
                 soft_clauses=len(cnf.soft))
+    bound = enc.cost_bound(lower)
     return Solution(choice=warm.choice, cost=warm.cost, optimal=False,
                     status=f"fallback {WARM} (maxsat/{engine}: no solution in the time limit)",
-                    solve_time=solve_time, encode_time=encode_time, info=info)
+                    solve_time=solve_time, encode_time=encode_time, info=info,
+                    bound=None if bound is None else min(bound, warm.cost))
