@@ -72,7 +72,8 @@ def add_extract_command(subparsers) -> None:
     p.add_argument("--time-limit", "-t", type=float, default=None, metavar="S",
                    help="time limit in seconds for the exact extractors (default: none)")
     p.add_argument("--solver", choices=SOLVERS, default="cp-sat", help="ILP solver (ilp-topo, ilp-acyc)")
-    p.add_argument("--engine", choices=ENGINES, default="rc2", help="MaxSAT engine (maxsat)")
+    p.add_argument("--engine", choices=ENGINES, default="auto",
+                   help="MaxSAT engine (maxsat; auto: rc2 and rc2-stratified raced on two cores)")
     p.add_argument("--cycles", choices=CYCLE_MODES, default="auto",
                    help="class cycles encoded up front (ilp-acyc, maxsat)")
     p.add_argument("--order", choices=("int", "real"), default="int",

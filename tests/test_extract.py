@@ -286,6 +286,7 @@ SOLVER_VARIANTS = [
     ("ilp-acyc", {"solver": "scip"}),
     ("maxsat", {}),
     ("maxsat", {"engine": "rc2-stratified"}),
+    ("maxsat", {"engine": "portfolio"}),
     ("maxsat", {"cycles": "basis"}),
     ("maxsat", {"cycles": "all", "max_cycles": 3}),
 ]
@@ -353,7 +354,7 @@ def test_time_limited_bound_is_a_lower_bound(tie_break):
 def test_interrupted_maxsat_reports_a_lower_bound():
     p = random_problem(11, n_classes=3000, max_nodes=4, max_children=3, back_rate=0.1)
     proven = get_extractor("ilp-acyc", cycles="basis").extract(p, time_limit=120)
-    for engine in ("rc2", "rc2-stratified"):
+    for engine in ("rc2", "rc2-stratified", "portfolio"):
         s = get_extractor("maxsat", engine=engine, cycles="basis").extract(p, time_limit=2.0)
         validate_solution(p, s.choice)
         if s.optimal:
