@@ -201,3 +201,52 @@ def test_a_run_restores_the_garbage_collector(enabled):
         assert gc.isenabled() == enabled
     finally:
         gc.enable() if was else gc.disable()
+
+
+def test_compiled_plans_store_the_signatures_adding_computes():
+    """A compiled plan remembers each step's signature; every node it added has the
+    signature of its op, attributes and children's types, as ``add_ids`` computes it."""
+    from test_tensat import mlp_graph
+
+    from relay_eqsat.egraph import signature_id
+
+    eg = EGraph()
+    eg.add_graph(mlp_graph(layers=2, width=3))
+    before = eg.num_nodes
+    TensatScheduler().run(eg, load_rules(), Limits(node_limit=3000, iter_limit=4, k_multi=2))
+    assert eg.num_nodes > before
+    arr = eg.arrays()
+    for j in range(len(arr.node_id)):
+        n = int(arr.node_id[j])
+        kids = tuple(eg.class_type_id(c) for c in eg.node_children(n))
+        assert arr.node_sig[j] == signature_id(eg.node_op_id(n), eg.node_attrs_id(n), kids)
+
+
+def test_infer_type_memo_agrees_with_ops():
+    from relay_eqsat import ops
+    from relay_eqsat.egraph import infer_type_memo
+    from relay_eqsat.graph import Attrs, TensorType
+
+    x, w = TensorType((1, 3, 8, 8)), TensorType((4, 3, 3, 3))
+    a = ops.normalize_attrs("nn.conv2d", Attrs(padding=(1, 1, 1, 1)), [x, w])
+    for _ in range(2):  # computed, then memoized
+        assert infer_type_memo("nn.conv2d", a, (x, w)) == ops.infer_type("nn.conv2d", a, [x, w])
+        with pytest.raises(ops.ShapeError):
+            infer_type_memo("nn.conv2d", a, (x, TensorType((4, 5, 3, 3))))
+
+
+def test_lazily_compiled_patterns_search_like_compiled_ones():
+    """``Matcher.search`` compiles a pattern on first use and skips patterns whose root
+    operator the e-graph lacks: the same matches as compiling and searching every one."""
+    from test_tensat import mlp_graph
+
+    from relay_eqsat.egraph import Program
+
+    eg = EGraph()
+    eg.add_graph(mlp_graph(layers=2, width=3))
+    TensatScheduler().run(eg, load_rules(), Limits(node_limit=1500, iter_limit=2))
+    matcher = Matcher(load_rules())
+    found = matcher.search(eg)
+    assert set(found) == set(matcher.programs) and any(found.values()) and not all(found.values())
+    for text in matcher.programs:
+        assert found[text] == eg.search(Program(matcher.programs[text].tree)), text

@@ -15,6 +15,7 @@ from .core import (
     attrs_id,
     attrs_of,
     infer_type_id,
+    infer_type_memo,
     join_flat,
     op_id,
     op_name,
@@ -28,5 +29,6 @@ from .core import (
 
 __all__ = [
     "EGraph", "EGraphArrays", "Program", "DescendantsMap", "op_id", "op_name", "attrs_id", "attrs_of",
-    "type_id", "type_of", "value_id", "value_of", "infer_type_id", "signature_id", "signature_of", "join_flat",
+    "type_id", "type_of", "value_id", "value_of", "infer_type_id", "infer_type_memo", "signature_id", "signature_of",
+    "join_flat",
 ]

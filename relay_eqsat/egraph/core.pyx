@@ -117,6 +117,32 @@ def value_of(int i):
     return _VALUES[i]
 
 
+_INFER_MEMO = {}  # (op name, Attrs, input types) -> output type, or the ShapeError it raised
+DEF INFER_MEMO_SIZE = 200000
+
+
+cpdef object infer_type_memo(str op, object attrs, tuple input_types):
+    """``ops.infer_type`` memoized on (op, attrs, input types); raises ShapeError (cached too).
+
+    One memo for the signatures of added nodes (``signature_id``) and the
+    right-hand sides that rules plan (``relay_eqsat.rules``), so a node a rule
+    planned is not typed again when it is added.
+    """
+    key = (op, attrs, input_types)
+    r = _INFER_MEMO.get(key)
+    if r is None:
+        try:
+            r = _ops.infer_type(op, attrs, list(input_types))
+        except _ops.ShapeError as e:
+            r = e
+        if len(_INFER_MEMO) >= INFER_MEMO_SIZE:
+            _INFER_MEMO.clear()
+        _INFER_MEMO[key] = r
+    if isinstance(r, BaseException):
+        raise r
+    return r
+
+
 cpdef int signature_id(int op, int attrs, tuple child_types) except -1:
     """Interned id of an e-node's signature: its op, attrs and child types (ids).
 
@@ -128,7 +154,7 @@ cpdef int signature_id(int op, int attrs, tuple child_types) except -1:
     r = _SIGNATURE_IDS.get(key)
     if r is None:
         try:
-            t = _ops.infer_type(_OP_NAMES[op], _ATTRS[attrs], [_TYPES[c] for c in child_types])
+            t = infer_type_memo(_OP_NAMES[op], _ATTRS[attrs], tuple([_TYPES[c] for c in child_types]))
             r = len(_SIGNATURES)
             _SIGNATURES.append((op, attrs, child_types, type_id(t)))
         except _ops.ShapeError as e:
@@ -698,15 +724,25 @@ cdef class EGraph:
             if canon != buf:
                 free(canon)
 
-    cdef int32_t _add(self, int32_t op, int32_t attrs, int32_t* canon, int32_t m) except -1:
-        """``add_ids`` with canonical children ``canon[0..m-1]``."""
+    cdef int32_t _add(self, int32_t op, int32_t attrs, int32_t* canon, int32_t m,
+                      int32_t* sig_slot=NULL) except -1:
+        """``add_ids`` with canonical children ``canon[0..m-1]``.
+
+        ``sig_slot``: where the caller keeps this node's signature id when it
+        knows the children's types in advance (a compiled plan's step): read
+        when >= 0, else computed and stored there."""
         cdef Py_ssize_t k, j
         cdef int32_t c, n, cls, sig, hit
         cdef bint dup
         hit = self._hc_get(op, attrs, canon, m)
         if hit >= 0:
             return self._find(self.n_class[hit])
-        sig = signature_id(op, attrs, tuple([self.c_type[canon[k]] for k in range(m)]))
+        if sig_slot != NULL and sig_slot[0] >= 0:
+            sig = sig_slot[0]
+        else:
+            sig = signature_id(op, attrs, tuple([self.c_type[canon[k]] for k in range(m)]))
+            if sig_slot != NULL:
+                sig_slot[0] = sig
         if self.nn >= self.ncap:
             self._alloc(self.ncap * 2, 0, 0, 0)
         if self.nch + m > self.chcap:
@@ -969,16 +1005,20 @@ cdef class EGraph:
         cdef Py_ssize_t before_nodes = self.n_alive, before_classes = self.n_canon
         cdef int32_t i, k, nk, q = 0, ref, o, r, op, attrs
         cdef int32_t kbuf[16]
+        cdef int32_t hbuf[32]
         cdef int32_t* kids = kbuf
-        cdef int32_t* handles = <int32_t*> malloc((cp.nsteps + 1) * sizeof(int32_t))
+        cdef int32_t* handles = hbuf
         cdef bint changed
         cdef const int32_t* d = cp.data
-        if handles == NULL:
-            raise MemoryError()
+        if cp.nsteps > 32:
+            handles = <int32_t*> malloc(cp.nsteps * sizeof(int32_t))
+            if handles == NULL:
+                raise MemoryError()
         if cp.maxkids > 16:
             kids = <int32_t*> malloc(cp.maxkids * sizeof(int32_t))
             if kids == NULL:
-                free(handles)
+                if handles != hbuf:
+                    free(handles)
                 raise MemoryError()
         try:
             for i in range(cp.nsteps):
@@ -996,7 +1036,7 @@ cdef class EGraph:
                         raise IndexError(f"child class {ref} out of range")
                     kids[k] = self._find(ref)
                 q += nk
-                handles[i] = self._add(op, attrs, kids, nk)
+                handles[i] = self._add(op, attrs, kids, nk, cp.sigs + i)
             changed = self.n_alive != before_nodes
             for i in range(cp.nouts):
                 o = d[q + i]
@@ -1009,7 +1049,8 @@ cdef class EGraph:
                     self.union(r, o)
                     changed = True
         finally:
-            free(handles)
+            if handles != hbuf:
+                free(handles)
             if kids != kbuf:
                 free(kids)
         return changed or self.n_canon != before_classes
@@ -1402,6 +1443,11 @@ cdef class EGraph:
     # ------------------------------------------------------------------
     # e-matching
     # ------------------------------------------------------------------
+    cpdef Py_ssize_t op_count(self, int op):
+        """How many nodes with operator id ``op`` were ever added (dead ones included):
+        0 means ``search`` of a pattern rooted at ``op`` finds nothing."""
+        return self.o_len[op] if 0 <= op < self.o_n else 0
+
     def search(self, Program prog, int limit=-1):
         """All matches of a compiled pattern: a list of tuples
         ``(root class, class-var classes..., attr-var value ids...)``, deduplicated."""
@@ -1711,15 +1757,22 @@ def join_flat(list matches, list slots, Py_ssize_t width, Py_ssize_t limit=-1):
 
 cdef class CompiledPlan:
     """An application plan (``(steps, outs)``, see ``apply_plan``) as one int32 array:
-    per step op, attrs, number of children, the children; then the outputs."""
+    per step op, attrs, number of children, the children; then the outputs.
+
+    ``sigs``: each step's signature id once known (-1 before). A plan is a
+    template over classes of fixed types (``apply_matches_planned`` keys plans
+    on them), so each step's children have the same types, hence the same
+    signature, at every application."""
 
     cdef int32_t* data
+    cdef int32_t* sigs
     cdef int32_t nsteps, nouts, maxkids
 
     def __cinit__(self, tuple steps, tuple outs):
         cdef Py_ssize_t size = len(outs), q = 0
         cdef tuple st, kids
         self.data = NULL
+        self.sigs = NULL
         self.maxkids = 0
         for st in steps:
             size += 3 + len(<tuple> st[2])
@@ -1730,6 +1783,12 @@ cdef class CompiledPlan:
             raise MemoryError()
         self.nsteps = len(steps)
         self.nouts = len(outs)
+        self.sigs = <int32_t*> malloc((self.nsteps if self.nsteps else 1) * sizeof(int32_t))
+        if self.sigs == NULL:
+            raise MemoryError()
+        for q in range(self.nsteps):
+            self.sigs[q] = -1
+        q = 0
         for st in steps:
             kids = <tuple> st[2]
             self.data[q] = st[0]
@@ -1745,6 +1804,7 @@ cdef class CompiledPlan:
 
     def __dealloc__(self):
         free(self.data)
+        free(self.sigs)
 
 
 # ---------------------------------------------------------------------------

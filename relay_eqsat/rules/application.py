@@ -161,11 +161,14 @@ def apply_search_matches(egraph, rule: Rule, matches: Sequence[list[tuple]] | No
         for i in range(k):
             raw[("root", i)] = m[i]
 
+        types = [class_type(c) for c in classes]
+        consts = [class_const(c) for c in classes]
+
         def type_of(h):
-            return class_type(classes[h - PLACEHOLDER] if h >= PLACEHOLDER else h)
+            return types[h - PLACEHOLDER] if h >= PLACEHOLDER else class_type(h)
 
         def const_of(h):
-            return class_const(classes[h - PLACEHOLDER] if h >= PLACEHOLDER else h)
+            return consts[h - PLACEHOLDER] if h >= PLACEHOLDER else class_const(h)
         return application_plan(rule, raw, type_of, const_of)
     return egraph.apply_matches_planned(flat, rule.flat_plans, make_plan, k, cls_pos, other_pos, rhs_pos, cycle,
                                         -1 if node_limit is None else node_limit, _PLAN_CACHE_SIZE)

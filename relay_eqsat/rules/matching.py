@@ -9,20 +9,60 @@ Cython, ``egraph.join_flat``).
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Mapping
+from typing import Iterable, Sequence
 
-from ..egraph import Program, join_flat
+from ..egraph import Program, join_flat, op_id
 from .patterns import rename_tree
 from .rule import Rule
 
 
+class Programs(Mapping):
+    """Canonical pattern text -> compiled ``Program``, each compiled on first access.
+
+    The operator names of a pattern are interned when it is added, in the
+    order compiling it would intern them, so operator ids do not depend on
+    which patterns were compiled."""
+
+    def __init__(self):
+        self._trees: dict[str, tuple] = {}
+        self._compiled: dict[str, Program] = {}
+        self.root_ops: dict[str, int] = {}  # text -> op id of the pattern's root
+
+    def add(self, text: str, tree: tuple) -> None:
+        self._trees[text] = tree
+        work = [tree]
+        while work:  # breadth-first, as ``Program`` compiles
+            node = work.pop(0)
+            if node[0] == "op":
+                i = op_id(node[1])
+                if node is tree:
+                    self.root_ops[text] = i
+                work.extend(node[5])
+
+    def __getitem__(self, text: str) -> Program:
+        p = self._compiled.get(text)
+        if p is None:
+            p = self._compiled[text] = Program(self._trees[text])
+        return p
+
+    def __contains__(self, text) -> bool:
+        return text in self._trees
+
+    def __iter__(self):
+        return iter(self._trees)
+
+    def __len__(self) -> int:
+        return len(self._trees)
+
+
 class Matcher:
-    """Compiles rules' source patterns once; searches each canonical pattern
-    once per e-graph state (TENSAT Algorithm 1, lines 1-10)."""
+    """Compiles rules' source patterns (on first use); searches each canonical
+    pattern once per e-graph state (TENSAT Algorithm 1, lines 1-10)."""
 
     def __init__(self, rules: Iterable[Rule]):
         self.rules = list(rules)
-        self.programs: dict[str, Any] = {}
+        self.programs = Programs()
         self.rule_keys: dict[str, list[str]] = {}
         for r in self.rules:
             keys = []
@@ -30,14 +70,16 @@ class Matcher:
                 if text not in self.programs:
                     cmap = {n: f"?{i}" for i, n in enumerate(cls_order)}
                     amap = {n: ("*" if n.startswith("*") else "") + f"${i}" for i, n in enumerate(attr_order)}
-                    self.programs[text] = Program(rename_tree(tree, cmap, amap))
+                    self.programs.add(text, rename_tree(tree, cmap, amap))
                 keys.append(text)
             self.rule_keys[r.name] = keys
 
     def search(self, egraph, keys: Iterable[str] | None = None) -> dict[str, list]:
-        """Matches of every (or the given) canonical pattern."""
+        """Matches of every (or the given) canonical pattern (none, uncompiled,
+        when the e-graph has no node with the pattern's root operator)."""
         keys = self.programs.keys() if keys is None else keys
-        return {k: egraph.search(self.programs[k]) for k in keys}
+        roots, count = self.programs.root_ops, egraph.op_count
+        return {k: egraph.search(self.programs[k]) if count(roots[k]) else [] for k in keys}
 
     def matches(self, rule: Rule, found: dict[str, list]) -> list[dict]:
         """Raw environments of ``rule`` (see :func:`join`) from ``search``'s matches."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import ops
-from ..egraph import attrs_of, value_of
+from ..egraph import attrs_of, infer_type_memo, value_of
 from ..graph import Attrs
 from .language import ExprContext, RuleSyntaxError
 from .patterns import Template, canonical_pattern, template_vars
@@ -118,22 +118,33 @@ class Rule:
         def ref_const(r):
             return const_of(r[1]) if r[0] == "h" else pconst[r[1]]
 
+        def expr_type(r):  # a reference or a bare handle
+            if isinstance(r, tuple):
+                return type_of(r[1]) if r[0] == "h" else ptypes[r[1]]
+            return type_of(r)
+
+        def expr_const(r):
+            if isinstance(r, tuple):
+                return const_of(r[1]) if r[0] == "h" else pconst[r[1]]
+            return const_of(r)
+
+        # one context for every node's attribute expressions; ``inputs`` is set per node
+        ctx = ExprContext(local, expr_type, expr_const)
+
         def plan(t: Template):
             if t.kind == "var":
                 v = local[t.name]
                 return v if isinstance(v, tuple) else ("h", v)
             kids = [plan(c) for c in t.children]
-            in_types = [ref_type(k) for k in kids]
+            in_types = tuple([ref_type(k) for k in kids])
             attrs = {}
             if t.whole is not None:
                 attrs.update(local[t.whole])
             if t.items:
-                ctx = ExprContext(local, lambda r: ref_type(r if isinstance(r, tuple) else ("h", r)),
-                                  lambda r: ref_const(r if isinstance(r, tuple) else ("h", r)), kids)
+                ctx.inputs = kids
                 for key, f in t.items:
                     attrs[key] = f(ctx)
-            a = _node_attrs(t.op, attrs, in_types)
-            out_t = _infer(t.op, a, in_types)
+            a, out_t = _typed_node(t.op, attrs, in_types)
             pending.append((t.op, a, kids))
             ptypes.append(out_t)
             pconst.append(t.op == "constant" or (bool(kids) and t.op not in ("var", "opaque")
@@ -154,10 +165,39 @@ class Rule:
         return [o[1] if o[0] == "h" else handles[o[1]] for o in outs]
 
 
-_NORMALIZE_CACHE: dict = {}
+_NORMALIZE_CACHE: dict = {}  # (op, Attrs, input types) -> canonical Attrs
+_NODE_CACHE: dict = {}  # (op, the attribute dict's items as built, input types) -> (canonical Attrs, type)
+_CACHE_SIZE = 200000
 
 
-def _node_attrs(op: str, attrs: dict, input_types: list) -> Attrs:
+def _typed_node(op: str, attrs: dict, input_types: tuple):
+    """A new node's canonical attributes and type: ``(_node_attrs(...), _infer(...))``.
+
+    Memoized on the items of ``attrs`` as the template built them (no
+    ``Attrs`` to build when they repeat; unhashable values skip this memo).
+    Raises ShapeError like ``_node_attrs`` and ``_infer``."""
+    try:
+        key = (op, tuple(attrs.items()), input_types)
+        hit = _NODE_CACHE.get(key)
+    except TypeError:  # a list value: only the frozen form hashes
+        key = hit = None
+    if hit is None:
+        a = _node_attrs(op, attrs, input_types)
+        try:
+            t = _infer(op, a, input_types)
+        except ops.ShapeError as e:
+            t = e
+        hit = (a, t)
+        if key is not None:
+            if len(_NODE_CACHE) > _CACHE_SIZE:
+                _NODE_CACHE.clear()
+            _NODE_CACHE[key] = hit
+    if isinstance(hit[1], ops.ShapeError):
+        raise hit[1]
+    return hit
+
+
+def _node_attrs(op: str, attrs: dict, input_types) -> Attrs:
     """Canonical attributes of a new node (defaults filled, as the frontend does)."""
     a = Attrs(attrs)
     key = (op, a, tuple(input_types))
@@ -165,31 +205,16 @@ def _node_attrs(op: str, attrs: dict, input_types: list) -> Attrs:
     if hit is None:
         normalize = getattr(ops, "normalize_attrs", None)
         if normalize is not None:
-            hit = normalize(op, a, input_types)
+            hit = normalize(op, a, list(input_types))
         else:
             defaults = ops.get(op).defaults or {}
             hit = Attrs({**defaults, **a})
-        if len(_NORMALIZE_CACHE) > 200000:
+        if len(_NORMALIZE_CACHE) > _CACHE_SIZE:
             _NORMALIZE_CACHE.clear()
         _NORMALIZE_CACHE[key] = hit
     return hit
 
 
-_INFER_CACHE: dict = {}
-
-
-def _infer(op: str, attrs: Attrs, input_types: list):
-    """ops.infer_type, memoized (ShapeErrors too)."""
-    key = (op, attrs, tuple(input_types))
-    hit = _INFER_CACHE.get(key)
-    if hit is None:
-        try:
-            hit = ops.infer_type(op, attrs, input_types)
-        except ops.ShapeError as e:
-            hit = e
-        if len(_INFER_CACHE) > 200000:
-            _INFER_CACHE.clear()
-        _INFER_CACHE[key] = hit
-    if isinstance(hit, ops.ShapeError):
-        raise hit
-    return hit
+def _infer(op: str, attrs: Attrs, input_types):
+    """ops.infer_type, memoized (ShapeErrors too) in the memo the e-graph types added nodes with."""
+    return infer_type_memo(op, attrs, tuple(input_types))
