@@ -141,16 +141,21 @@ def test_limits_validation():
         Limits(node_limit=0)
 
 
-def test_planned_application_matches_the_general_path():
+@pytest.mark.parametrize("model", ["squeezenet-small", "mlp"])
+def test_planned_application_matches_the_general_path(model):
     """apply_search_matches (flat joins, memoized plans, Cython loop) applies
-    exactly what apply_matches does on Matcher.matches."""
+    exactly what apply_matches does on Matcher.matches, rule by rule (the MLP: dense merges,
+    the multi-pattern rules)."""
     from relay_eqsat.egraph import EGraph
-    from relay_eqsat.passes import zoo
-    from relay_eqsat.passes.relay import from_relay
     from relay_eqsat.rules import Matcher, apply_matches, apply_search_matches, load_rules
 
-    mod, params = zoo.get("squeezenet", small=True)
-    graph = from_relay(mod, params)
+    if model == "mlp":
+        graph = mlp_graph(layers=2, width=3)
+    else:
+        from relay_eqsat.passes import zoo
+        from relay_eqsat.passes.relay import from_relay
+
+        graph = from_relay(*zoo.get("squeezenet", small=True))
     rules = load_rules("default")
     matcher = Matcher(rules)
     a, b = EGraph(), EGraph()
@@ -167,6 +172,7 @@ def test_planned_application_matches_the_general_path():
             a.rebuild()
             b.rebuild()
             assert a.fingerprint() == b.fingerprint(), r.name
+    assert a.num_nodes > len(graph)
 
 
 def test_match_limit_bounds_multi_pattern_joins():
