@@ -22,6 +22,7 @@ subsumed.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from typing import Any
@@ -32,9 +33,16 @@ from .extract.problem import ExtractionProblem
 
 
 def _read(path_or_dict: Any) -> dict:
+    """The JSON of an egraph-serialize file, plain or gzipped (as bench/extraction.py writes them)."""
     if isinstance(path_or_dict, dict):
         return path_or_dict
-    with open(os.fspath(path_or_dict)) as f:
+    path = os.fspath(path_or_dict)
+    with open(path, "rb") as f:
+        gzipped = f.read(2) == b"\x1f\x8b"
+    if gzipped:
+        with gzip.open(path, "rt") as f:
+            return json.load(f)
+    with open(path) as f:
         return json.load(f)
 
 

@@ -143,3 +143,18 @@ def test_dump_an_egraph_problem(tmp_path):
     back = load_problem(tmp_path / "g.json")
     assert back.num_nodes == problem.num_nodes and back.num_classes == problem.num_classes
     assert {d["type"] for d in back.class_data} == {"float32[2, 3]"}
+
+
+def test_gzipped_files_read_like_plain_ones(tmp_path):
+    """bench/extraction.py writes its e-graphs gzipped; load_problem and `relay-eqsat extract` read them."""
+    import gzip
+
+    p = ExtractionProblem(node_class=[0, 0, 1], node_children=[(1,), (), ()], node_cost=[1.0, 5.0, 1.0], roots=[0])
+    plain = tmp_path / "e.json"
+    dump_problem(p, plain)
+    packed = tmp_path / "e.json.gz"
+    with gzip.open(packed, "wt") as f:
+        f.write(plain.read_text())
+    a, b = load_problem(plain), load_problem(packed)
+    assert a.node_children == b.node_children and list(a.node_cost) == list(b.node_cost) and a.roots == b.roots
+    assert get_extractor("ilp-acyc").extract(b).cost == get_extractor("ilp-acyc").extract(a).cost == 2.0
