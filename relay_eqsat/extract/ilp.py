@@ -294,7 +294,6 @@ class Encoding:
                 self.scale *= self.parts
         else:
             weights, self.scale = problem.node_cost[nodes], 1.0
-        self.weight = dict(zip(nodes, np.asarray(weights).tolist()))
         backend.minimize([self.x[n] for n in nodes], list(weights))
 
     def cost_bound(self, bound: float | None) -> float | None:

@@ -123,38 +123,55 @@ def _rc2_child(formula, engine: str, time_limit: float | None, conn) -> None:
         conn.close()
 
 
-def _portfolio(formula, time_limit: float | None):
-    """Race the PORTFOLIO engines in forked processes (each stops itself at the limit); returns
-    the first optimum, else (None, True, the best of their lower bounds)."""
+def _fm_child(formula, conn) -> None:
+    from pysat.examples.fm import FM
+
+    fm = FM(formula, verbose=0)
+    try:
+        conn.send((list(fm.model), False, fm.cost) if fm.compute() else (None, False, None))
+    finally:
+        fm.delete()
+        conn.close()
+
+
+def _race(runs, wait: float | None):
+    """Run each ``(target, args)`` in a forked process (``target(*args, conn)`` sends one
+    ``(model or None, timed_out, lower bound)``) and return the first answer that is not a
+    timeout (a model, or None for unsatisfiable hard clauses), else
+    ``(None, True, the best lower bound)`` once all answered or ``wait`` seconds passed.
+    Children still running are killed; raises ExtractionError when every child died silently."""
     context = multiprocessing.get_context("fork")
     children, pipes = [], []
-    for engine in PORTFOLIO:
+    for target, args in runs:
         receive, send = context.Pipe(duplex=False)
-        child = context.Process(target=_rc2_child, args=(formula, engine, time_limit, send), daemon=True)
+        child = context.Process(target=target, args=(*args, send), daemon=True)
         child.start()
         send.close()
         children.append(child)
         pipes.append(receive)
-    grace = None if time_limit is None else time_limit + 5.0  # each child reports its bound at its limit
     started = time.perf_counter()
     lowers: list[int] = []
+    died = 0
     try:
         waiting = list(pipes)
         while waiting:
-            remaining = None if grace is None else max(grace - (time.perf_counter() - started), 0.0)
+            remaining = None if wait is None else max(wait - (time.perf_counter() - started), 0.0)
             ready = multiprocessing.connection.wait(waiting, timeout=remaining)
             if not ready:
                 break
             for conn in ready:
                 waiting.remove(conn)
                 try:
-                    model, _, lower = conn.recv()
+                    model, timed_out, lower = conn.recv()
                 except EOFError:
-                    continue  # a child that died without an answer: the other may still have one
+                    died += 1  # a child that died without an answer: another may still have one
+                    continue
                 if lower is not None:
                     lowers.append(lower)
-                if model is not None:
-                    return model, False, lower
+                if model is not None or not timed_out:  # an optimum, or a proof that there is none
+                    return model, timed_out, lower
+        if died == len(children):
+            raise ExtractionError("every MaxSAT process died without an answer")
         return None, True, (max(lowers) if lowers else None)
     finally:
         for child in children:
@@ -165,35 +182,15 @@ def _portfolio(formula, time_limit: float | None):
             conn.close()
 
 
-def _fm_child(formula, conn) -> None:
-    from pysat.examples.fm import FM
-
-    fm = FM(formula, verbose=0)
-    try:
-        conn.send(list(fm.model) if fm.compute() else None)
-    finally:
-        fm.delete()
-        conn.close()
+def _portfolio(formula, time_limit: float | None):
+    """Race the PORTFOLIO engines; each stops itself at the limit and reports its core bound."""
+    grace = None if time_limit is None else time_limit + 5.0
+    return _race([(_rc2_child, (formula, engine, time_limit)) for engine in PORTFOLIO], grace)
 
 
 def _fm(formula, time_limit: float | None):
-    """Run FM in a forked process killed at the limit; returns (model or None, timed_out)."""
-    context = multiprocessing.get_context("fork")
-    receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_fm_child, args=(formula, send), daemon=True)
-    child.start()
-    send.close()
-    try:
-        if not receive.poll(time_limit):
-            return None, True, None
-        return receive.recv(), False, None
-    except EOFError:
-        raise ExtractionError("the FM MaxSAT process died without an answer")
-    finally:
-        if child.is_alive():
-            child.kill()
-        child.join()
-        receive.close()
+    """FM cannot be interrupted: it runs in a forked process killed at the limit."""
+    return _race([(_fm_child, (formula,))], time_limit)
 
 
 def maxsat(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, time_limit: float | None = None,
@@ -243,8 +240,8 @@ def maxsat(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, ti
             info.update(lazy_rounds=rounds, cycles=enc.num_cycles, variables=len(cnf.vars),
                         hard_clauses=len(cnf.hard), soft_clauses=len(cnf.soft))
             cost = solution_cost(problem, choice, roots)
-            # the model is optimal for the weights: its weight bounds every solution's from below
-            bound = enc.cost_bound(sum(enc.weight[n] for n in chosen))
+            # the engines report the optimum's weight, which bounds every solution's from below
+            bound = enc.cost_bound(lower)
             return Solution(choice=choice, cost=cost, optimal=True, status="OPTIMAL", solve_time=solve_time,
                             encode_time=encode_time, info=info, bound=None if bound is None else min(bound, cost))
         if not enc.add_cycle(cycle):
