@@ -218,7 +218,8 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     calibrator = first = None
     for _ in range(CALIBRATION_ROUNDS + 1):
         with ticking(f"extracting ({extractor.name})", opts.extract_time_limit, enabled=progress):
-            out, solution = extractor.extract_graph(egraph, root, cost_model.node_cost, opts.extract_time_limit)
+            out, solution = extractor.extract_graph(egraph, root, cost_model.node_cost, opts.extract_time_limit,
+                                                    program_cost=getattr(cost_model, "program_cost", None))
         log.debug("extracted (%s): cost %.6g, %s", extractor.name, solution.cost, solution.status)
         out = out.compact()
         if not calibrate or cost_model.graph_cost(out) >= cost_model.graph_cost(graph) * (1 - 1e-6):

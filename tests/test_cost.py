@@ -18,7 +18,7 @@ from relay_eqsat.cost import (
     instances_from_graph, make_cost_model,
 )
 from relay_eqsat.cost import measure as measure_mod
-from relay_eqsat.cost.base import extra_read_share
+from relay_eqsat.cost.base import extra_read_share, standalone_elementwise
 from relay_eqsat.cost.instance import attrs_from_str, attrs_to_str
 from relay_eqsat.cost.learned import FEATURE_NAMES, LearnedCostModel, feature_matrix, features
 from relay_eqsat.cost.measure import BackendUnavailable, MeasureConfig, Measurer, select_backend
@@ -392,6 +392,62 @@ def test_fusion_discounts():
         cm.kernel_cost(c.op, c.attrs, c.input_types, c.out_type))
 
 
+def test_standalone_elementwise_follows_fuse_ops():
+    """An element-wise op fuses into its producer's kernel only where FuseOps can put it there."""
+    g = TensorGraph()
+    x = g.var("x", (1, 8, 8, 8))
+    w = g.const(np.ones((16, 8, 3, 3), np.float32), "w")
+    b = g.const(np.ones((16,), np.float32), "b")
+    c = g.add("nn.conv2d", [x, w], CONV_ATTRS)
+    cb = g.add("nn.bias_add", [c, b], {"axis": 1})
+    r = g.add("nn.relu", [cb])                      # conv -> bias -> relu: one kernel
+    s = g.add("sigmoid", [r])                    # r has two consumers: written out ...
+    t = g.add("tanh", [r])                          # ... so both run alone
+    parts = g.add("split", [s], {"indices": (8,), "axis": 1})
+    p0 = g.add("nn.relu", [g.add("tuple_get_item", [parts], {"index": 0})])  # a split's piece hosts nothing
+    p1 = g.add("tuple_get_item", [parts], {"index": 1})
+    q = g.add("add", [p0, p1])                      # p0 (element-wise, one consumer) hosts it
+    xr = g.add("nn.relu", [x])                      # a graph input hosts nothing (xr: 8 channels)
+    out = g.add("concatenate", [q, t], {"axis": 1})
+    g.set_output(g.add("multiply", [out, g.add("concatenate", [xr, xr, xr], {"axis": 1})]))
+    alone = standalone_elementwise(g)
+    piece0 = g.nodes[p0].inputs[0]
+    assert alone == {s: r, t: r, p0: piece0, xr: x}  # each with the node that keeps it from fusing
+    # a whole program pays for them (kernel of its own and a kernel start); the per-node cost does not
+    cm = CostModel("analytic", TARGET, fusion=FusionRule(launch=1.0))
+    nodes = g.reachable()
+    const = g.is_constant()
+    per_node = sum(cm.op_cost(g[i].op, g[i].attrs, [g[j].type for j in g[i].inputs], g[i].type,
+                              bool(g[i].inputs) and all(const[j] for j in g[i].inputs)) for i in nodes)
+    extra = sum(cm.op_cost(g[i].op, g[i].attrs, [g[j].type for j in g[i].inputs], g[i].type, standalone=True)
+                - cm.op_cost(g[i].op, g[i].attrs, [g[j].type for j in g[i].inputs], g[i].type) for i in alone)
+    assert extra > 4 * cm.analytic.launch_overhead
+    assert cm.graph_cost(g) == pytest.approx(per_node + extra)
+    terms = cm.graph_terms(g)
+    assert terms[FusionRule.TERMS.index("standalone")] > 0
+    assert terms @ cm.fusion.vector() == pytest.approx(cm.graph_cost(g))
+    # element-wise readers that meet again (a GELU's x * ... * x) fuse into the producer's kernel
+    d = TensorGraph()
+    dx = d.var("x", (1, 8, 8, 8))
+    dy = d.add("nn.bias_add", [d.add("nn.conv2d", [dx, d.const(np.ones((8, 8, 3, 3), np.float32), "w")], CONV_ATTRS),
+                               d.const(np.ones((8,), np.float32), "b")], {"axis": 1})
+    half = d.add("multiply", [dy, d.const(np.float32(0.5), "h")])
+    d.set_output(d.add("multiply", [half, d.add("add", [d.add("tanh", [dy]), d.const(np.float32(1.0), "one")])]))
+    assert standalone_elementwise(d) == {}
+    escaping = d.add("sigmoid", [dy])  # a third reader whose path leaves the element-wise region
+    d.set_output(d.add("concatenate", [d.output, escaping], {"axis": 1}))
+    (tanh,) = [i for i in d.reachable() if d[i].op == "tanh"]
+    assert standalone_elementwise(d) == {half: dy, tanh: dy, escaping: dy}
+    # a batch_norm's normalized output hosts its relu (a scale-and-shift chain)
+    h = TensorGraph()
+    y = h.var("y", (1, 4, 8, 8))
+    vec = [h.const(np.ones((4,), np.float32), f"v{i}") for i in range(4)]
+    first = h.add("nn.relu", [y])
+    bn = h.add("nn.batch_norm", [first, *vec], dict(axis=1, epsilon=1e-5, center=True, scale=True))
+    h.set_output(h.add("nn.relu", [h.add("tuple_get_item", [bn], {"index": 0})]))
+    assert standalone_elementwise(h) == {first: y}
+
+
 def test_weight_traffic_term():
     """Dense and conv layers pay for streaming their weights; merging two
     layers does not change it, enlarging a 1x1 kernel to 3x3 pays for 9x."""
@@ -426,13 +482,17 @@ def test_fit_fusion_recovers_weights():
             y = g.add("nn.relu", [y])
         if residual:
             y = g.add("add", [y, x])
+        if h == 8 and relus < 3:  # an element-wise op on the input: a kernel of its own
+            y = g.add("multiply", [y, g.add("nn.relu", [x])])
         if transposed:
             y = g.add("transpose", [y], {"axes": (0, 2, 3, 1)})
         if c % 3 == 0 or relus == 2:  # a non-convolution anchor in some graphs
             y = g.add("nn.softmax", [y], {"axis": 3})
         g.set_output(y)
         graphs.append(g)
-    truth = FusionRule(anchor=1.3, fused=0.05, fused_read=0.6, injective=0.9, weights=0.7, launch=2.0, conv=0.8)
+    truth = FusionRule(anchor=1.3, fused=0.05, fused_read=0.6, injective=0.9, weights=0.7, launch=2.0, conv=0.8,
+                       standalone=1.4)
+    assert sum(bool(standalone_elementwise(g)) for g in graphs) == 5
     true_cm = CostModel("analytic", TARGET, fusion=truth)
     samples = [(g, true_cm.graph_cost(g)) for g in graphs]
     rep = fit_fusion(cm, samples, fit=[t for t in FusionRule.TERMS if t != "opaque"], prior_strength=0.0)

@@ -552,3 +552,61 @@ def test_egraph_ocf_cost_equals_greedy_ocf_on_the_problem():
     cache = NodeCosts(cost)
     assert ocf_cost(eg, cache, root) == expected
     assert ocf_cost(eg.copy(), cache, root) == expected  # node costs remembered across copies
+
+
+@pytest.mark.parametrize("name", ["greedy-merge", "ilp-acyc"])
+def test_extract_graph_refines_with_the_program_cost(name):
+    """A merge of sibling convolutions is cheaper per node, but behind its split the branches'
+    bias and relu no longer fuse: the whole-program cost says so, and the extractor, re-solving
+    with those extra costs, returns the unmerged program."""
+    from relay_eqsat.cost.base import standalone_elementwise
+    from relay_eqsat.egraph import EGraph
+    from relay_eqsat.graph import TensorGraph
+    from relay_eqsat.rules import load_rules
+    from relay_eqsat.search import Limits, TensatScheduler
+
+    g = TensorGraph()
+    x = g.var("x", (1, 8, 16, 16))
+    attrs = dict(strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1, channels=8, kernel_size=(3, 3),
+                 data_layout="NCHW", kernel_layout="OIHW", out_dtype="")
+    outs = []
+    for i in range(2):
+        w = g.const(np.full((8, 8, 3, 3), 0.1 * (i + 1), np.float32), f"w{i}")
+        b = g.const(np.full((8,), 0.5 * i, np.float32), f"b{i}")
+        outs.append(g.add("nn.relu", [g.add("nn.bias_add", [g.add("nn.conv2d", [x, w], attrs), b], {"axis": 1})]))
+    g.set_output(g.add("concatenate", outs, {"axis": 1}))
+    eg = EGraph()
+    root = eg.add_graph(g)
+    rules = [r for r in load_rules("default") if r.name == "conv-bias-merge"]
+    TensatScheduler().run(eg, rules, Limits(node_limit=500, iter_limit=1, k_multi=1))
+
+    def node_cost(op, attrs, input_types, out_type, const):
+        if const or op in ("var", "constant", "tuple_get_item"):
+            return 0.0
+        return 10.0 + out_type.shape[1] / 8 if op == "nn.conv2d" else 0.1  # a merged conv: 12 < 2 x 11
+
+    def program_cost(graph):
+        alone = standalone_elementwise(graph)
+        const = graph.is_constant()
+        total = sum(node_cost(graph[i].op, graph[i].attrs, [graph[j].type for j in graph[i].inputs], graph[i].type,
+                              bool(graph[i].inputs) and all(const[j] for j in graph[i].inputs))
+                    for i in graph.reachable())
+        extra = {}
+        for blamed in alone.values():  # charged to the node that keeps the relu from fusing
+            extra[blamed] = extra.get(blamed, 0.0) + 6.0
+        return total + 6.0 * len(alone), extra
+
+    ex = get_extractor(name)
+    merged, sol = ex.extract_graph(eg, root, node_cost, 10.0)
+    assert merged.op_counts()["nn.conv2d"] == 1 and standalone_elementwise(merged)
+    refined, rsol = ex.extract_graph(eg, root, node_cost, 10.0, program_cost=program_cost)
+    assert refined.op_counts()["nn.conv2d"] == 2 and not standalone_elementwise(refined)
+    assert program_cost(refined)[0] < program_cost(merged)[0]
+    assert rsol.cost == pytest.approx(sol.cost + 10.0 - 0.0) and not rsol.optimal
+    assert "fusion-refined" in rsol.status
+    inputs = {"x": np.random.default_rng(0).standard_normal((1, 8, 16, 16)).astype(np.float32)}
+    np.testing.assert_allclose(refined.evaluate(inputs), g.evaluate(inputs), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(merged.evaluate(inputs), g.evaluate(inputs), rtol=1e-5, atol=1e-5)
+    # nothing the per-node costs missed: one solve, the same program
+    same, ssol = ex.extract_graph(eg, root, node_cost, 10.0, program_cost=lambda gr: (program_cost(gr)[0], {}))
+    assert same.op_counts() == merged.op_counts() and ssol.status == sol.status

@@ -34,6 +34,16 @@ class in the operator table (``OpDef.fusion``, ``conv`` and ``streamed_weights``
   extra_share``, where ``extra_share`` is the share of the op's traffic that
   comes from operands other than its largest one (a residual add still reads
   its second tensor; a relu or a bias add reads next to nothing new);
+- but in a whole program (``graph_cost``) an element-wise op fuses only where
+  ``FuseOps`` can put it into a producer's kernel (`standalone_elementwise`):
+  one of its operands comes from an op whose only consumer it is and which
+  can take an epilogue (a convolution, dense, pool, an injective or another
+  element-wise op; not a reduction, a graph input, a piece of a split of a
+  convolution's output). Else it
+  runs as a kernel of its own: ``standalone × kernel`` plus a kernel start.
+  A merge of sibling layers makes exactly this happen: the merged output is
+  split, and the bias and activation each branch fused before now run
+  behind the split;
 - injective ops (transpose, reshape, concatenate, split, strided_slice, pad)
   often fuse with their neighbours but not always: ``injective × kernel``;
 - ops with a weight operand (dense and conv2d: operand 1) also pay
@@ -50,8 +60,10 @@ class in the operator table (``OpDef.fusion``, ``conv`` and ``streamed_weights``
   hardly shows.
 
 The extractors need a sum of per-node costs, and a node's cost cannot depend
-on which producer the extractor picks, so fusion is an expected discount per
-op class rather than a decision per edge. Every weight is a coefficient of a
+on which producer the extractor picks, so for them (``node_cost``) fusion is
+an expected discount per op class rather than a decision per edge;
+``graph_cost``, which judges whole programs (the pass's decision, its
+calibration), decides it per edge. Every weight is a coefficient of a
 linear model of whole-graph time, so ``fit_fusion`` fits them (non-negative
 least squares on relative error) against measured whole-graph runtimes.
 """
@@ -96,6 +108,118 @@ def _is_conv(op: str) -> bool:
     return d is not None and d.conv
 
 
+#: patterns of ops whose kernel can take an element-wise epilogue (TVM's FuseOps): out_fusable
+#: anchors, injective and element-wise ops; not reductions, opaque ops or tuple producers
+_EPILOGUE_HOSTS = ("elemwise", "broadcast", "injective", "out_fusable")
+
+
+def standalone_elementwise(graph: TensorGraph, live: Sequence[int] | None = None,
+                           const: Sequence[bool] | None = None) -> dict[int, int]:
+    """The live element-wise (``fused``-class) nodes of ``graph`` that run as kernels of their own,
+    each mapped to the node that keeps it from fusing: the producer of its largest operand.
+
+    Mirrors what TVM's ``FuseOps`` does with the program: an element-wise op
+    joins the kernel of an operand's producer when that producer has no other
+    consumer (a tensor read by two ops is written out; the graph's output
+    counts as a consumer) and its pattern takes an epilogue
+    (``_EPILOGUE_HOSTS``); a tuple's field only in the cases of `_piece_hosts`.
+    A graph input, a reduction, an opaque op or a constant operand host nothing. A tensor read by
+    several element-wise ops that meet again (a GELU's ``x * ... * x``) fuses as FuseOps fuses
+    it through their post-dominator (`_rejoins`).
+    """
+    live = graph.reachable() if live is None else live
+    const = graph.is_constant() if const is None else const
+    nodes = graph.nodes
+    users: dict[int, list[int]] = {}
+    for i in live:
+        for j in set(nodes[i].inputs):
+            users.setdefault(j, []).append(i)
+    consumers: Counter = Counter({j: len(u) for j, u in users.items()})
+    consumers[graph.output] += 1
+    for j in list(consumers):  # a tensor whose element-wise readers meet again fuses as if read once
+        if consumers[j] > 1 and j != graph.output and _rejoins(nodes, users, j):
+            consumers[j] = 1
+    out: dict[int, int] = {}
+    for i in live:
+        n = nodes[i]
+        if fusion_class(n.op) != "fused" or const[i] or not n.inputs:
+            continue
+        hosted = False
+        for j in n.inputs:
+            if const[j] or consumers[j] != 1:
+                continue
+            p = nodes[j]
+            if p.op == "tuple_get_item":
+                if _piece_hosts(nodes, p.inputs[0], consumers):
+                    hosted = True
+                    break
+                continue
+            d = ops.OPS.get(p.op)
+            if d is not None and d.pattern in _EPILOGUE_HOSTS and fusion_class(p.op) != "free":
+                hosted = True
+                break
+        if not hosted:
+            operands = [j for j in n.inputs if not const[j]] or list(n.inputs)
+            out[i] = max(operands, key=lambda j: _bytes(nodes[j]))
+    return out
+
+
+def _rejoins(nodes, users: dict[int, list[int]], j: int, steps: int = 32) -> bool:
+    """Whether every path from node ``j`` runs through element-wise ops only until they meet in one
+    node (its post-dominator in FuseOps' terms), within ``steps`` nodes: then FuseOps puts them all
+    in ``j``'s kernel."""
+    pending = set(users.get(j, ()))
+    for _ in range(steps):
+        if any(fusion_class(nodes[q].op) != "fused" for q in pending):
+            return False
+        if len(pending) == 1:
+            return True
+        q = min(pending)  # topological order: node ids grow along edges
+        if not users.get(q):
+            return False  # a path ends at the output before the others meet it
+        pending.remove(q)
+        pending.update(users[q])
+    return False
+
+
+def _bytes(node) -> int:
+    return type_bytes(node.type) if isinstance(node.type, TensorType) else 0
+
+
+def _piece_hosts(nodes, src: int, consumers: Counter) -> bool:
+    """Whether an element-wise op reading a field of tuple ``src`` joins the kernel that computes it:
+    a batch_norm's normalized output does (a scale-and-shift chain, when nothing else reads it);
+    a split's piece does, except a split of a convolution's output (or of an element-wise chain on
+    it, `_in_conv_layout`): the convolution's blocked
+    (NCHWc) layout is converted back for the split, which ends the kernel (the pieces'
+    element-wise consumers then run as kernels of their own, as TVM builds merged convolutions)."""
+    s = nodes[src]
+    if fusion_class(s.op) == "fused":
+        return consumers[src] == 1
+    if s.op != "split" or not s.inputs:
+        return False
+    return not _in_conv_layout(nodes, s.inputs[0])
+
+
+def _in_conv_layout(nodes, i: int) -> bool:
+    """Whether node ``i`` is computed in a convolution's kernel: the convolution itself or an
+    element-wise chain on it (the chain keeps the blocked layout; its largest operand leads back)."""
+    seen = 0
+    while seen < 64:
+        n = nodes[i]
+        if _is_conv(n.op):
+            return True
+        if n.op == "tuple_get_item":  # a batch_norm's output: on to the batch_norm
+            i = n.inputs[0]
+            seen += 1
+            continue
+        if fusion_class(n.op) != "fused" or not n.inputs:
+            return False
+        i = max(n.inputs, key=lambda j: _bytes(nodes[j]))
+        seen += 1
+    return False
+
+
 def extra_read_share(input_types: Sequence[Type], out_type: Type) -> float:
     """Bytes of every operand but the largest, over all bytes read and written."""
     sizes = [type_bytes(t) for t in input_types]
@@ -117,8 +241,9 @@ class FusionRule:
     weights: float = 0.0
     launch: float = 0.0
     conv: float = 1.0
+    standalone: float = 1.0
 
-    TERMS = ("anchor", "fused", "fused_read", "injective", "opaque", "weights", "launch", "conv")
+    TERMS = ("anchor", "fused", "fused_read", "injective", "opaque", "weights", "launch", "conv", "standalone")
 
     def vector(self) -> np.ndarray:
         return np.array([getattr(self, t) for t in self.TERMS])
@@ -258,13 +383,15 @@ class CostModel:
 
     # -- node and graph costs ------------------------------------------------------------
     def cost_terms(self, op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type,
-                   all_inputs_constant: bool = False) -> np.ndarray:
-        """The node's unweighted terms, in ``FusionRule.TERMS`` order (cost = terms · weights)."""
+                   all_inputs_constant: bool = False, standalone: bool = False) -> np.ndarray:
+        """The node's unweighted terms, in ``FusionRule.TERMS`` order (cost = terms · weights).
+        ``standalone``: an element-wise node that runs as a kernel of its own (not fused)."""
         terms = np.zeros(len(FusionRule.TERMS))
         cls = fusion_class(op)
         if cls == "free" or (all_inputs_constant and cls != "opaque" and len(input_types) > 0):
             return terms
-        if cls != "fused":
+        standalone = standalone and cls == "fused"
+        if cls != "fused" or standalone:
             terms[6] = self.analytic.launch_overhead
         if cls == "opaque":
             nbytes = sum(type_bytes(t) for t in input_types) + type_bytes(out_type)
@@ -274,6 +401,8 @@ class CostModel:
         terms[5] = self._weight_traffic(op, input_types)
         if cls == "anchor":
             terms[7 if _is_conv(op) else 0] = k
+        elif standalone:
+            terms[8] = k
         elif cls == "fused":
             terms[1] = k
             terms[2] = k * extra_read_share(input_types, out_type)
@@ -282,13 +411,15 @@ class CostModel:
         return terms
 
     def op_cost(self, op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type,
-                all_inputs_constant: bool = False) -> float:
-        """Seconds this node adds to the graph, fusion and constant folding included."""
+                all_inputs_constant: bool = False, standalone: bool = False) -> float:
+        """Seconds this node adds to the graph, fusion and constant folding included
+        (``standalone``: an element-wise node known to run as a kernel of its own)."""
         cls = fusion_class(op)
         if cls == "free" or (all_inputs_constant and cls != "opaque" and len(input_types) > 0):
             return 0.0
         f = self.fusion
-        launch = f.launch * self.analytic.launch_overhead if cls != "fused" else 0.0
+        standalone = standalone and cls == "fused"
+        launch = f.launch * self.analytic.launch_overhead if cls != "fused" or standalone else 0.0
         if cls == "opaque":
             nbytes = sum(type_bytes(t) for t in input_types) + type_bytes(out_type)
             return f.opaque * self.analytic.roofline(0, nbytes) + launch
@@ -296,6 +427,8 @@ class CostModel:
         w = (f.weights * self._weight_traffic(op, input_types) if f.weights else 0.0) + launch
         if cls == "anchor":
             return (f.conv if _is_conv(op) else f.anchor) * k + w
+        if standalone:
+            return f.standalone * k + w
         if cls == "fused":
             return k * (f.fused + f.fused_read * extra_read_share(input_types, out_type)) + w
         return f.injective * k + w
@@ -317,23 +450,51 @@ class CostModel:
     __call__ = node_cost
 
     def _graph_nodes(self, graph: TensorGraph):
+        """(node id, node, input types, all inputs constant, runs as a standalone element-wise
+        kernel) per live node."""
         const = graph.is_constant()
-        for i in graph.reachable():
+        live = graph.reachable()
+        alone = standalone_elementwise(graph, live, const)
+        for i in live:
             n = graph.nodes[i]
             ins = [graph.nodes[j].type for j in n.inputs]
             all_const = bool(n.inputs) and all(const[j] for j in n.inputs)
-            yield n, ins, all_const
+            yield i, n, ins, all_const, i in alone
 
     def graph_terms(self, graph: TensorGraph) -> np.ndarray:
         """Sum of the live nodes' unweighted terms (the row ``fit_fusion`` regresses on)."""
         total = np.zeros(len(FusionRule.TERMS))
-        for n, ins, all_const in self._graph_nodes(graph):
-            total += self.cost_terms(n.op, n.attrs, ins, n.type, all_const)
+        for _, n, ins, all_const, alone in self._graph_nodes(graph):
+            total += self.cost_terms(n.op, n.attrs, ins, n.type, all_const, alone)
         return total
 
     def graph_cost(self, graph: TensorGraph) -> float:
-        """Seconds of the whole graph: the sum of its live nodes' costs (shared nodes once)."""
-        return float(sum(self.op_cost(n.op, n.attrs, ins, n.type, c) for n, ins, c in self._graph_nodes(graph)))
+        """Seconds of the whole program: the sum of its live nodes' costs (shared nodes once), each
+        element-wise node's fusion decided by the program (`standalone_elementwise`)."""
+        return self.program_cost(graph)[0]
+
+    def program_cost(self, graph: TensorGraph) -> tuple[float, dict[int, float]]:
+        """``graph_cost(graph)`` and the seconds this program costs beyond its nodes' ``node_cost``
+        (element-wise ops that run as kernels of their own), charged to the nodes that keep
+        them from fusing (`standalone_elementwise`: a split's piece, a tensor read twice): the
+        choices ``Extractor.extract_graph`` re-extracts against."""
+        const = graph.is_constant()
+        live = graph.reachable()
+        alone = standalone_elementwise(graph, live, const)
+        total, extra = 0.0, {}
+        for i in live:
+            n = graph.nodes[i]
+            ins = [graph.nodes[j].type for j in n.inputs]
+            all_const = bool(n.inputs) and all(const[j] for j in n.inputs)
+            cost = self.op_cost(n.op, n.attrs, ins, n.type, all_const)  # a subclass's override counts
+            if i in alone:  # what running alone adds to the fused node's cost
+                more = (CostModel.op_cost(self, n.op, n.attrs, ins, n.type, all_const, True)
+                        - CostModel.op_cost(self, n.op, n.attrs, ins, n.type, all_const))
+                if more > 0:
+                    cost += more
+                    extra[alone[i]] = extra.get(alone[i], 0.0) + more
+            total += cost
+        return float(total), extra
 
     def close(self) -> None:
         """Stop a measuring worker, if one was started."""
@@ -418,7 +579,8 @@ def _nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def fit_fusion(model: CostModel, samples: Sequence[tuple[TensorGraph, float]],
-               fit: Sequence[str] = ("anchor", "fused", "fused_read", "injective", "weights", "launch", "conv"),
+               fit: Sequence[str] = ("anchor", "fused", "fused_read", "injective", "weights", "launch", "conv",
+                                     "standalone"),
                prior_strength: float = 0.01) -> FitReport:
     """Fit the FusionRule weights named in ``fit`` to measured whole-graph seconds.
 

@@ -92,11 +92,12 @@ def egraph_problem(egraph: Any, node_cost: NodeCost | NodeCosts, roots: Iterable
 
 
 def build_graph(egraph: Any, problem: ExtractionProblem, choice: Mapping[int, int],
-                root: int | None = None) -> TensorGraph:
+                root: int | None = None, origin: dict[int, list[int]] | None = None) -> TensorGraph:
     """The TensorGraph of an extraction ``choice`` (problem class index -> problem node index) of
     ``egraph_problem(egraph, ...)``, rooted at problem class ``root`` (default: the problem's first
     root). Shared classes are emitted once; raises ValueError on a cycle, a class the choice does
-    not cover, a node of another class or a blacklisted node."""
+    not cover, a node of another class or a blacklisted node. ``origin``, when given, is filled
+    with graph node id -> the problem nodes it was built from (several when equal nodes merge)."""
     if root is None:
         root = problem.roots[0]
     g = TensorGraph()
@@ -120,6 +121,8 @@ def build_graph(egraph: Any, problem: ExtractionProblem, choice: Mapping[int, in
             else:
                 nid = g.add(op, inputs, attrs)
             emitted[c] = nid
+            if origin is not None:
+                origin.setdefault(nid, []).append(n)
             state[c] = 2
             continue
         st = state.get(c, 0)
