@@ -27,15 +27,22 @@ benchmark's JSON (bench/end_to_end.py: the opt_level 3 medians; or an earlier
 bench/cost_accuracy.py run) instead of building and timing each model again;
 each model is then costed at the size it was timed at.
 
+--threads N (default 1) sets TVM_NUM_THREADS for every timing, as bench/real_models.py does;
+--threads default leaves it unset. On the 2-core machines here TVM then also runs one thread,
+but hands each kernel with a parallel loop to its pool: about 3 us more per such kernel
+(NasRNN's merged [1, 64] dense: 3.2 us against 0.5 us), which decides tiny graphs.
+
 Goals (issue 5): whole-graph prediction within 15% of measured on every
 model, and the correct ranking for at least 90% of the counted pairs.
 
     python bench/cost_accuracy.py [--models all] [--small] [--kinds auto,analytic] [--repeat 10]
                                   [--rounds 10] [--max-pairs 10] [--max-pair-build-s 120] [--no-pairs]
                                   [--small-pairs] [--whole-times bench/results/end_to_end.json]
+                                  [--threads 1|default]
 """
 from __future__ import annotations
 
+import os
 import statistics
 
 import runtime_stats
@@ -168,7 +175,12 @@ def main(argv=None):
     ap.add_argument("--small-pairs", action="store_true", help="build the pairs at the small configurations")
     ap.add_argument("--whole-times", default=None, metavar="FILE",
                     help="whole-model runtimes from an earlier bench JSON instead of timing the models")
+    ap.add_argument("--threads", default="1",
+                    help="TVM_NUM_THREADS for every timing (as bench/real_models.py); 'default': leave it unset "
+                         "(TVM's own choice, whose thread pool adds ~3 us to each parallel kernel here)")
     args = ap.parse_args(argv)
+    if args.threads != "default":  # before TVM's runtime starts its thread pool
+        os.environ["TVM_NUM_THREADS"] = str(int(args.threads))
 
     from relay_eqsat.cost import make_cost_model
     from relay_eqsat.passes.eqsat_pass import bind_params

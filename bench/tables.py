@@ -16,7 +16,8 @@ def machine_info() -> dict:
     import os
 
     info = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-            "argv": sys.argv, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "argv": sys.argv, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS")}
     try:
         import tvm
 
