@@ -109,11 +109,11 @@ class Extractor:
         """The program extracted from ``egraph`` at class ``root`` and the Solution it came from.
 
         ``program_cost(graph) -> (seconds, {graph node: extra seconds})``: the whole program's
-        cost and, per node, what it costs there beyond its per-node cost (an element-wise op that
-        cannot fuse into its producer in this program, ``CostModel.program_cost``). With it, up
-        to ``rounds`` times, the nodes that cost more in the extracted program than the extractor
-        was told get that extra cost and the problem is solved again; the program cheapest by
-        ``program_cost`` is returned (its Solution's cost is still the per-node one)."""
+        cost and what it costs beyond its nodes' per-node costs, charged to the nodes that cause
+        it (``CostModel.program_cost``: the node that keeps an element-wise op from fusing). With
+        it, up to ``rounds`` times, the e-nodes those graph nodes came from get that extra cost and
+        the problem is solved again; the program cheapest by ``program_cost`` is returned (its
+        Solution's cost is still the per-node one)."""
         if root is None or cost is None:
             raise ValueError("extracting from an e-graph needs its root class and a node cost")
         problem = egraph_problem(egraph, cost, [root])
