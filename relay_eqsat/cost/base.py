@@ -204,19 +204,16 @@ def _piece_hosts(nodes, src: int, consumers: Counter) -> bool:
 def _in_conv_layout(nodes, i: int) -> bool:
     """Whether node ``i`` is computed in a convolution's kernel: the convolution itself or an
     element-wise chain on it (the chain keeps the blocked layout; its largest operand leads back)."""
-    seen = 0
-    while seen < 64:
+    for _ in range(64):
         n = nodes[i]
         if _is_conv(n.op):
             return True
         if n.op == "tuple_get_item":  # a batch_norm's output: on to the batch_norm
             i = n.inputs[0]
-            seen += 1
-            continue
-        if fusion_class(n.op) != "fused" or not n.inputs:
+        elif fusion_class(n.op) == "fused" and n.inputs:
+            i = max(n.inputs, key=lambda j: _bytes(nodes[j]))
+        else:
             return False
-        i = max(n.inputs, key=lambda j: _bytes(nodes[j]))
-        seen += 1
     return False
 
 
@@ -450,8 +447,9 @@ class CostModel:
     __call__ = node_cost
 
     def _graph_nodes(self, graph: TensorGraph):
-        """(node id, node, input types, all inputs constant, runs as a standalone element-wise
-        kernel) per live node."""
+        """(node, input types, all inputs constant, the node keeping it from fusing or None) per
+        live node; the last is set for an element-wise node that runs as a kernel of its own
+        (`standalone_elementwise`)."""
         const = graph.is_constant()
         live = graph.reachable()
         alone = standalone_elementwise(graph, live, const)
@@ -459,13 +457,13 @@ class CostModel:
             n = graph.nodes[i]
             ins = [graph.nodes[j].type for j in n.inputs]
             all_const = bool(n.inputs) and all(const[j] for j in n.inputs)
-            yield i, n, ins, all_const, i in alone
+            yield n, ins, all_const, alone.get(i)
 
     def graph_terms(self, graph: TensorGraph) -> np.ndarray:
         """Sum of the live nodes' unweighted terms (the row ``fit_fusion`` regresses on)."""
         total = np.zeros(len(FusionRule.TERMS))
-        for _, n, ins, all_const, alone in self._graph_nodes(graph):
-            total += self.cost_terms(n.op, n.attrs, ins, n.type, all_const, alone)
+        for n, ins, all_const, blocker in self._graph_nodes(graph):
+            total += self.cost_terms(n.op, n.attrs, ins, n.type, all_const, blocker is not None)
         return total
 
     def graph_cost(self, graph: TensorGraph) -> float:
@@ -478,22 +476,15 @@ class CostModel:
         (element-wise ops that run as kernels of their own), charged to the nodes that keep
         them from fusing (`standalone_elementwise`: a split's piece, a tensor read twice): the
         choices ``Extractor.extract_graph`` re-extracts against."""
-        const = graph.is_constant()
-        live = graph.reachable()
-        alone = standalone_elementwise(graph, live, const)
         total, extra = 0.0, {}
-        for i in live:
-            n = graph.nodes[i]
-            ins = [graph.nodes[j].type for j in n.inputs]
-            all_const = bool(n.inputs) and all(const[j] for j in n.inputs)
-            cost = self.op_cost(n.op, n.attrs, ins, n.type, all_const)  # a subclass's override counts
-            if i in alone:  # what running alone adds to the fused node's cost
+        for n, ins, all_const, blocker in self._graph_nodes(graph):
+            total += self.op_cost(n.op, n.attrs, ins, n.type, all_const)  # a subclass's override counts
+            if blocker is not None:  # what running alone adds to the fused node's cost
                 more = (CostModel.op_cost(self, n.op, n.attrs, ins, n.type, all_const, True)
                         - CostModel.op_cost(self, n.op, n.attrs, ins, n.type, all_const))
                 if more > 0:
-                    cost += more
-                    extra[alone[i]] = extra.get(alone[i], 0.0) + more
-            total += cost
+                    total += more
+                    extra[blocker] = extra.get(blocker, 0.0) + more
         return float(total), extra
 
     def close(self) -> None:
