@@ -25,7 +25,18 @@ at the small configuration) or --small or --small-pairs is given.
 --whole-times FILE takes the measured whole-model runtimes from an earlier
 benchmark's JSON (bench/end_to_end.py: the opt_level 3 medians; or an earlier
 bench/cost_accuracy.py run) instead of building and timing each model again;
-each model is then costed at the size it was timed at.
+each model is then costed at the size it was timed at. Otherwise every model is
+built first and the --repeat timings are taken in rounds, one timing of each
+model per round (order rotating), so a burst of load from elsewhere does not
+land on one model's timings.
+
+--held-out adds a "held-out" column: each model predicted by a learned model trained on every
+measurement of the target (the cost database's rows and those shipped for it) except its own
+kernels, with fusion weights fitted to the other models' measured runtimes
+(relay_eqsat/cost/validate.py) -- the error to expect on a model nobody measured, on a CPU that
+has a model of its own. Each model run at full size is timed at its small configuration too (a
+"fit only" row): the fits of the other models use it (small graphs pin the per-kernel overhead),
+and a model's two sizes are held out together.
 
 --threads N (default 1) sets TVM_NUM_THREADS for every timing, as bench/real_models.py does;
 --threads default leaves it unset. On the 2-core machines here TVM then also runs one thread,
@@ -137,6 +148,36 @@ def model_pairs(name: str, small: bool, costs: dict, args) -> list[dict]:
     return pairs
 
 
+def label(row: dict) -> str:
+    return row["model"] + (":small" if row["small"] else "")
+
+
+def add_held_out(rows: list[dict], graphs: dict, cm) -> None:
+    """Each row's "held-out" prediction (see --held-out), from ``cm``'s database and shipped rows;
+    a model's two sizes are held out together, the fit-only rows (the other sizes) are fitted to."""
+    from relay_eqsat.cost import instances_from_graph
+    from relay_eqsat.cost.cache import all_samples
+    from relay_eqsat.cost.validate import held_out
+
+    samples = all_samples(cm.cache, cm.target, cm.backend)
+    models = {label(r): (graphs[label(r)], r["measured"]) for r in rows if r.get("measured")}
+    # a model run only at its small size (full NasNet-A takes too long to build): its full-size
+    # kernels are measured in the database too; they are left out of every training set
+    untimed = {r["model"] for r in rows if r["small"]} - {r["model"] for r in rows if not r["small"]}
+    hidden = {i.key() for name in untimed for i in instances_from_graph(zoo_models.load_model(name, False)[2])}
+    samples = [(i, t) for i, t in samples if i.key() not in hidden]
+    judged = {label(r) for r in rows if not r.get("fit_only")}
+    print(f"held-out: {len(samples)} measurements of {cm.target} ({cm.backend}), {len(models)} graphs", flush=True)
+    for name, h in held_out(samples, models, cm.target, cm.backend, family=lambda n: n.split(":")[0],
+                            evaluate=judged).items():
+        row = next(r for r in rows if label(r) == name)
+        row["held-out"] = {"predicted": h.predicted, "rel_error": h.rel_error, "n_train": h.n_train,
+                           "n_left_out": h.n_left_out}
+        print(f"  {name}: measured {h.measured * 1e3:.3f} ms, held-out {h.predicted * 1e3:.3f} ms "
+              f"({h.rel_error:+.1%}; trained on {h.n_train}, its family's {h.n_left_out} kernels left out)",
+              flush=True)
+
+
 def evaluate_goals(rows: list[dict], pairs: list[dict], kind: str) -> list[dict]:
     errs = [r[kind]["rel_error"] for r in rows if r.get(kind) and r.get("measured") is not None]
     within = sum(abs(e) <= WHOLE_GOAL for e in errs)
@@ -175,6 +216,8 @@ def main(argv=None):
     ap.add_argument("--small-pairs", action="store_true", help="build the pairs at the small configurations")
     ap.add_argument("--whole-times", default=None, metavar="FILE",
                     help="whole-model runtimes from an earlier bench JSON instead of timing the models")
+    ap.add_argument("--held-out", action="store_true",
+                    help="also predict each model by a learned model trained without its kernels and runtime")
     ap.add_argument("--threads", default="1",
                     help="TVM_NUM_THREADS for every timing (as bench/real_models.py); 'default': leave it unset "
                          "(TVM's own choice, whose thread pool adds ~3 us to each parallel kernel here)")
@@ -192,42 +235,65 @@ def main(argv=None):
         from relay_eqsat.passes.measure_cli import read_whole_times
 
         given = read_whole_times(args.whole_times, args.small)
-    rows, pairs = [], []
+    rows, pairs, graphs = [], [], {}
+    runs = []  # (model, small, fit only)
     for name in zoo_models.model_names(args.models):
-        small = zoo_models.small_for(args, name)
-        if "zoo:" + name in given:
-            median, small = given["zoo:" + name]
-            graph = zoo_models.load_model(name, small)[2]
-            timing, build_time = {"from": args.whole_times}, None
-        else:
-            mod, params, graph = zoo_models.load_model(name, small)
-            t = runtime_stats.build_and_time(bind_params(mod, params), zoo_models.model_inputs(name, small),
-                                             repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
+        small = given["zoo:" + name][1] if "zoo:" + name in given else zoo_models.small_for(args, name)
+        runs.append((name, small, False))
+        if args.held_out and not small and "zoo:" + name not in given:
+            runs.append((name, True, True))  # the small configuration teaches the fit the kernel starts
+    built = {}
+    for name, small, _ in runs:  # build every model first: the timings below interleave them
+        key = label({"model": name, "small": small})
+        mod, params, graphs[key] = zoo_models.load_model(name, small)
+        if "zoo:" + name not in given:
+            built[key] = runtime_stats.build_module(bind_params(mod, params), zoo_models.model_inputs(name, small))
+            print(f"{key}: built in {built[key].build_time:.1f} s", flush=True)
+    # one timing of each model per round, the order rotating: a burst of load from elsewhere
+    # (seen here: ResNet-50 at 103 ms in one block of timings, 75 ms in the next) hits every model
+    timed = runtime_stats.time_built(built, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
+                                     rounds=args.repeat) if built else {}
+    built.clear()
+    for name, small, fit_only in runs:
+        key = label({"model": name, "small": small})
+        graph = graphs[key]
+        if key in timed:
+            t = timed[key]
             median, timing, build_time = t.median, t.to_dict(), t.build_time
+        else:
+            median, timing, build_time = given["zoo:" + name][0], {"from": args.whole_times}, None
         row = {"model": name, "small": small, "nodes": len(graph), "measured": median, "timing": timing}
+        if fit_only:
+            row["fit_only"] = True
         for kind, cm in costs.items():
             pred = cm.graph_cost(graph)
             row[kind] = {"predicted": pred, "rel_error": (pred - median) / median}
         rows.append(row)
-        print(f"{name}: measured {median * 1e3:.3f} ms "
+        print(f"{key}: measured {median * 1e3:.3f} ms "
               + (f"(build {build_time:.1f} s)" if build_time is not None else f"(from {args.whole_times})") + ", "
               + ", ".join(f"{k} {row[k]['predicted'] * 1e3:.3f} ms" for k in kinds), flush=True)
-        if not args.no_pairs:
+        if not args.no_pairs and not fit_only:
             small = (small or args.small_pairs
                      or (build_time is not None and build_time > args.max_pair_build_s))
             pairs += model_pairs(name, small, costs, args)
 
+    shown = list(kinds)
+    if args.held_out:
+        add_held_out(rows, graphs, next((c for c in costs.values() if c.cache is not None), None)
+                     or make_cost_model("auto"))
+        shown.append("held-out")
     headers = ["model", "nodes", "measured ms"]
-    for k in kinds:
+    for k in shown:
         headers += [f"{k} ms", f"{k} err"]
     headers += ["pairs", "counted"] + [f"{k} correct" for k in kinds]
     table = []
     for r in rows:
-        mine = [p for p in pairs if p["model"] == r["model"] and "error" not in p]
+        mine = [] if r.get("fit_only") else [p for p in pairs if p["model"] == r["model"] and "error" not in p]
         counted = [p for p in mine if p["counted"]]
-        line = [r["model"] + (" (small)" if r["small"] else ""), r["nodes"], tables.ms(r["measured"])]
-        for k in kinds:
-            line += [tables.ms(r[k]["predicted"]), f"{r[k]['rel_error']:+.1%}"]
+        line = [r["model"] + (" (small)" if r["small"] else "") + (", fit only" if r.get("fit_only") else ""),
+                r["nodes"], tables.ms(r["measured"])]
+        for k in shown:
+            line += [tables.ms(r[k]["predicted"]), f"{r[k]['rel_error']:+.1%}"] if k in r else [None, None]
         line += [len(mine), len(counted)] + [sum(p[k]["correct"] for p in counted) for k in kinds]
         table.append(line)
     print()
@@ -254,9 +320,12 @@ def main(argv=None):
     print()
     for k, cm in costs.items():
         print(f"{k}: kernel times from {dict(cm.sources) or 'nothing'} ({cm!r})")
-    goals = evaluate_goals(rows, pairs, kinds[0])
+    judged = [r for r in rows if not r.get("fit_only")]
+    goals = evaluate_goals(judged, pairs, kinds[0])
     for k in kinds[1:]:
-        evaluate_goals(rows, pairs, k)  # printed for reference
+        evaluate_goals(judged, pairs, k)  # printed for reference
+    if args.held_out:
+        goals += evaluate_goals(judged, [], "held-out")[:1]
     tables.write_json(args.out, {"machine": tables.machine_info(), "args": vars(args),
                                  "cost_models": {k: repr(c) for k, c in costs.items()},
                                  "sources": {k: dict(c.sources) for k, c in costs.items()},

@@ -32,11 +32,12 @@ from pathlib import Path
 from relay_eqsat import progress
 from relay_eqsat.cli import add_common_arguments
 from relay_eqsat.cost.base import CostModel, fit_fusion
-from relay_eqsat.cost.cache import CostCache, normalize_target, shipped_samples, shipped_table_path
+from relay_eqsat.cost.cache import CostCache, all_samples, normalize_target, shipped_samples, shipped_table_path
 from relay_eqsat.cost.instance import instances_from_egraph, instances_from_graph, unique
 from relay_eqsat.cost import learned
 from relay_eqsat.cost.learned import LearnedCostModel, default_model_path, load_model, model_dir, model_filename
 from relay_eqsat.cost.measure import BackendUnavailable, MeasureConfig, Measurer
+from relay_eqsat.cost.validate import held_out
 from relay_eqsat.egraph import EGraph
 from relay_eqsat.rules import load_rules
 from relay_eqsat.search.tensat import run_tensat
@@ -124,6 +125,8 @@ def read_whole_times(path: str, small: bool) -> dict[str, tuple[float, bool]]:
     if isinstance(data, dict) and "rows" in data:
         out = {}
         for row in data["rows"]:
+            if row.get("fit_only"):  # cost_accuracy --held-out: a model's second size, not its row
+                continue
             secs = row.get("variants", {}).get("opt3", {}).get("median_s", row.get("measured"))
             if secs:
                 out["zoo:" + row["model"]] = (float(secs), bool(row.get("small")))
@@ -189,12 +192,15 @@ def run(args: argparse.Namespace) -> int:
     print(f"learned model: {report}")
     if whole:
         _fit_into(model, CostModel("auto", measurer.target, measurer.backend, cache=cache, learned=model),
-                  graphs, whole)
+                  graphs, whole, [(r.instance, r.seconds) for r in cache.rows(measurer.target, measurer.backend)])
     return _save(model, args, measurer.backend, measurer.target, cache)
 
 
-def _fit_into(model, cm, graphs: dict, whole: dict) -> None:
-    """Fit the fusion weights of ``cm`` to the whole-model times and store them in ``model``'s metadata."""
+def _fit_into(model, cm, graphs: dict, whole: dict, samples=None) -> None:
+    """Fit the fusion weights of ``cm`` to the whole-model times and store them in ``model``'s metadata.
+    With the kernel measurements ``samples`` and three models or more, the error stored for the
+    model (what a predicted gain must exceed) is the leave-one-model-out error
+    (`relay_eqsat.cost.validate`): each model predicted without its kernels' measurements and runtime."""
     used = {s: t for s, t in whole.items() if s in graphs}
     missing = sorted(set(graphs) - set(used))
     if missing:
@@ -209,6 +215,16 @@ def _fit_into(model, cm, graphs: dict, whole: dict) -> None:
     model.meta["fusion_fit"] = str(fit)
     # the error a predicted gain must exceed before it is trusted without measuring (CostModel.calibrated_error)
     err = fit.loo_mean_ape if fit.loo_mean_ape is not None else fit.after_mean_ape
+    if samples and len(used) >= 3:
+        with progress.ticking("leave-one-model-out: training without each model's kernels"):
+            res = held_out(samples, {s: (graphs[s], t) for s, t in used.items()}, cm.target, cm.backend)
+        for spec, h in res.items():
+            print(f"  {spec}: held out, predicted {h.predicted * 1e3:.3f} ms ({h.rel_error:+.1%}; "
+                  f"its {h.n_left_out} kernels left out of training)")
+        err = sum(abs(h.rel_error) for h in res.values()) / len(res)
+        print(f"leave-one-model-out whole-graph error: mean {err:.1%}, "
+              f"max {max(abs(h.rel_error) for h in res.values()):.1%}")
+        model.meta["held_out"] = {spec: round(h.rel_error, 3) for spec, h in res.items()}
     model.meta["whole_graph_error"] = round(err, 3)  # a relative error: three decimals say it all
 
 
@@ -239,7 +255,7 @@ def refit_only(args, measurer, cache, specs) -> int:
         return 1
     cm = CostModel("auto", measurer.target, measurer.backend, cache=cache, learned=model)
     cm.fusion = type(cm.fusion)()  # refit from the defaults, not from the stored fit
-    _fit_into(model, cm, graphs, whole)
+    _fit_into(model, cm, graphs, whole, all_samples(cache, measurer.target, measurer.backend))
     return _save(model, args, measurer.backend, measurer.target, cache)
 
 
@@ -270,7 +286,7 @@ def retrain_shipped(args, measurer, specs) -> int:
         # the shipped measurements and the new model only: a fresh, empty database beside them
         with tempfile.TemporaryDirectory() as tmp:
             cm = CostModel("auto", target, backend, cache=CostCache(Path(tmp) / "empty.sqlite"), learned=model)
-            _fit_into(model, cm, graphs, whole)
+            _fit_into(model, cm, graphs, whole, samples)
     else:
         model.meta.update({k: old[k] for k in ("fusion", "fusion_fit", "whole_graph_error") if k in old})
         print("no --whole-times: the shipped model's fusion weights are kept, not refitted")

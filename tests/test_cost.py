@@ -512,6 +512,54 @@ def test_fit_fusion_recovers_weights():
     assert one.loo_mean_ape is None and "leave-one-out" not in str(one)
 
 
+def test_held_out_models_never_see_their_kernels_or_runtimes(monkeypatch):
+    from relay_eqsat.cost import validate
+
+    graphs = {}
+    for name, (c, h, relus) in {"a": (8, 8, 1), "b": (16, 8, 2), "c": (32, 16, 0), "d": (16, 16, 1)}.items():
+        g = TensorGraph()
+        x = g.var("x", (1, c, h, h))
+        y = g.add("nn.conv2d", [x, g.const(np.ones((c, c, 3, 3), np.float32), "w")], CONV_ATTRS)
+        y = g.add("nn.conv2d", [y, g.const(np.ones((16, c, 1, 1), np.float32), "w1")],
+                  dict(CONV_ATTRS, padding=(0, 0, 0, 0)))
+        for _ in range(relus):
+            y = g.add("nn.relu", [y])
+        g.set_output(y)
+        graphs[name] = g
+    truth = CostModel("analytic", TARGET, fusion=FusionRule(conv=0.8, launch=2.0))
+    models = {n: (g, truth.graph_cost(g)) for n, g in graphs.items()}
+    samples = {i.key(): (i, truth.kernel_cost(i.op, i.attrs, i.input_types, i.out_type))
+               for g in graphs.values() for i in instances_from_graph(g)}
+    samples = list(samples.values()) + _synthetic_samples(40)
+    seen, real_train = {}, LearnedCostModel.train
+
+    def spy(train, *a, **kw):
+        seen[len(seen)] = {i.key() for i, _ in train}
+        return real_train(train, *a, **kw)
+
+    monkeypatch.setattr(LearnedCostModel, "train", staticmethod(spy))
+    fits, real_fit = [], validate.fit_fusion
+    monkeypatch.setattr(validate, "fit_fusion", lambda cm, s: fits.append(s) or real_fit(cm, s))
+    res = validate.held_out(samples, models, TARGET, "tvm-llvm", rounds=5)
+    assert list(res) == list(graphs)
+    for k, (name, h) in enumerate(res.items()):
+        own = {i.key() for i in instances_from_graph(graphs[name])}
+        assert not own & seen[k] and h.n_left_out == len(own) and h.n_train == len(samples) - len(own)
+        assert all(g is not graphs[name] for g, _ in fits[k]) and len(fits[k]) == 3  # its runtime unseen
+        assert h.predicted > 0 and h.measured == models[name][1]
+        assert h.rel_error == pytest.approx(h.predicted / h.measured - 1)
+    with pytest.raises(ValueError, match="three model families"):
+        validate.held_out(samples, dict(list(models.items())[:2]), TARGET, "tvm-llvm")
+    # a family is held out together, and only the models asked for are predicted
+    seen.clear(), fits.clear()
+    fam = {"a": "ab", "b": "ab", "c": "c", "d": "d"}
+    res = validate.held_out(samples, models, TARGET, "tvm-llvm", rounds=5, family=fam.get, evaluate={"a", "c"})
+    assert list(res) == ["a", "c"]
+    ab = {i.key() for n in "ab" for i in instances_from_graph(graphs[n])}
+    assert not ab & seen[0] and res["a"].n_left_out == len(ab) and len(fits[0]) == 2
+    assert len(fits[1]) == 3 and {i.key() for i in instances_from_graph(graphs["c"])}.isdisjoint(seen[1])
+
+
 def test_auto_mode_fallbacks(tmp_path):
     a, b, c = conv(), add(4, 16), dense(8, 64, 32)
     cm = make_cost_model("auto", TARGET, db=tmp_path / "c.sqlite", learned=False)
@@ -581,7 +629,8 @@ def test_read_whole_times(tmp_path):
 
     e2e = {"rows": [{"model": "nasrnn", "small": False, "variants": {"opt3": {"median_s": 3.5e-3}}},
                     {"model": "bert", "small": True, "variants": {"opt3": {"median_s": 1e-3}}}]}
-    acc = {"rows": [{"model": "vgg19", "small": False, "measured": 0.2}]}
+    acc = {"rows": [{"model": "vgg19", "small": False, "measured": 0.2},
+                    {"model": "vgg19", "small": True, "measured": 0.01, "fit_only": True}]}
     for name, data in (("e2e", e2e), ("acc", acc), ("plain", {"zoo:x": 1.5})):
         (tmp_path / f"{name}.json").write_text(json.dumps(data))
     assert read_whole_times(str(tmp_path / "e2e.json"), small=False) == {"zoo:nasrnn": (3.5e-3, False),

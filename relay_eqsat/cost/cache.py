@@ -373,6 +373,14 @@ def shipped_samples(target: str, backend: str) -> list[tuple[OpInstance, float]]
     return out
 
 
+def all_samples(cache: CostCache, target: str, backend: str) -> list[tuple[OpInstance, float]]:
+    """(instance, seconds) of every measurement of (target, backend): those shipped for it, and the
+    cache's own (which win where both measured a kernel)."""
+    rows = {} if ignore_shipped() else {i.key(): (i, s) for i, s in shipped_samples(target, backend)}
+    rows.update({r.instance.key(): (r.instance, r.seconds) for r in cache.rows(target, backend)})
+    return list(rows.values())
+
+
 @functools.lru_cache(maxsize=8)
 def _read_shipped(path: Path) -> dict:
     import gzip
