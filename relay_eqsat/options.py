@@ -142,9 +142,9 @@ _OPTIONS: list[Option] = [
     Option("check_runtime", str, "auto", "build and time the input and the result on this machine, keep the "
            "result only if measured faster (auto: when the target runs here)", choices=SWITCH, switch=True,
            scope="pass"),
-    Option("calibrate", str, "auto", "measure the kernels of the input and of the candidate on this machine "
-           "when the cost model has no data for it (auto: when the target runs here and the CPU has no "
-           "shipped data)", choices=SWITCH, switch=True, scope="pass"),
+    Option("calibrate", str, "auto", "measure on this machine the kernels of the input and of the candidate "
+           "that no shipped or cached measurement covers (auto: when the target runs here)",
+           choices=SWITCH, switch=True, scope="pass"),
     Option("calibrate_time_limit", float, 300.0, "seconds of kernel measurement per run (calibrate)", low=0,
            scope="pass"),
     Option("check_time_limit", float, 120.0, "seconds of runtime timing per run (check_runtime)", low=0,

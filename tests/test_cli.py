@@ -40,7 +40,7 @@ def onnx_model(path):
     return path
 
 
-def test_optimize_zoo_model(tmp_path, capsys):
+def test_optimize_zoo_model(tmp_path, capsys, no_host_data):
     out_json, module, plot = tmp_path / "r.json", tmp_path / "m.json", tmp_path / "p.png"
     status = main(["optimize", "zoo:nasnet_a", "--small", *QUICK, "--node-limit", "3000", "--search", "tensat",
                    "-o", str(out_json), "--save-module", str(module), "--plot", str(plot)])

@@ -85,7 +85,7 @@ def test_some_small_models_change():
     assert changed, "no small model changed"
 
 
-def test_pass_context_config_changes_behaviour():
+def test_pass_context_config_changes_behaviour(no_host_data):
     mod, params = zoo.get("nasnet_a", small=True)
     bound = bind_params(mod, params)
     # default options: the program changes
@@ -135,7 +135,7 @@ class PenalizeNewNodes:
         return total
 
 
-def test_never_worse():
+def test_never_worse(no_host_data):
     mod, params = zoo.get("nasnet_a", small=True)
     bound = bind_params(mod, params)
     default = EqSatPass(**FAST)
@@ -165,7 +165,7 @@ def test_if_program_is_left_unchanged_and_builds():
     assert_close(run(build(mod), inputs), run(build(out), inputs), "If program")
 
 
-def test_params_option_binds_weights_and_logs(caplog):
+def test_params_option_binds_weights_and_logs(caplog, no_host_data):
     mod, params = zoo.get("nasnet_a", small=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

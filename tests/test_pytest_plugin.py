@@ -337,7 +337,7 @@ def test_slower(eqsat, monkeypatch):
 '''
 
 
-def test_measure_times_both_programs_and_fails_a_slower_one(pytester):
+def test_measure_times_both_programs_and_fails_a_slower_one(pytester, no_host_data):
     pytester.makepyfile(test_suite=MEASURE_SUITE)
     # a generous threshold: this test checks the mechanics, not this machine's timings
     res = run(pytester, "--eqsat-measure", "--eqsat-measure-rounds", "3",

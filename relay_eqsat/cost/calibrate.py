@@ -1,8 +1,10 @@
-"""Calibrating a cost model on a CPU it has no data for: measure the kernels a decision rests on.
+"""Calibrating a cost model on this machine: measure the kernels a decision rests on.
 
 With no measurements shipped for the host and no learned model trained on it,
 kernel costs come from another CPU's model, whose predictions keep their
 ranking but not their scale: far too coarse to trust a gain of a few percent.
+With data shipped for the host, the kernels a rewrite creates are still
+predicted (the data covers the models it was measured on): those are measured.
 A ``Calibrator`` measures, on this machine, the kernels of the programs being
 compared (the optimizer's input and its candidate), within a time limit, with
 a progress bar; every result goes to the sqlite cost database as it arrives
@@ -143,11 +145,13 @@ class Calibrator:
             self._measurer.close()
             self._measurer = None
         rep = self.report
+        shipped = getattr(self.cost_model, "has_host_data", False)
+        what = "kernels the data shipped for this CPU lacks" if shipped else "no cost data shipped for this CPU"
         if rep.measured:
-            log.warning("relay-eqsat: no cost data shipped for this CPU (%s): %s; cached in %s, where later "
-                        "runs find them", rep.target, rep.summary(), rep.db)
+            log.warning("relay-eqsat: %s (%s): %s; cached in %s, where later runs find them",
+                        what, rep.target, rep.summary(), rep.db)
         elif rep.error:
-            log.warning("relay-eqsat: no cost data shipped for this CPU (%s), and %s", rep.target, rep.summary())
+            log.warning("relay-eqsat: %s (%s), and %s", what, rep.target, rep.summary())
         elif rep.rounds:
             log.info("relay-eqsat: %s", rep.summary())
         return rep

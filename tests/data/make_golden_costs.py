@@ -9,7 +9,7 @@ from relay_eqsat.cost import CostModel
 from relay_eqsat.cost.instance import instances_from_graph, unique
 from relay_eqsat.cost.learned import LearnedCostModel, SHIPPED_DIR, feature_matrix
 targets = ["llvm -mtriple=x86_64-linux-gnu -mcpu=znver3", "llvm -mtriple=x86_64-linux-gnu -mcpu=znver4",
-           "llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512"]
+           "llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512", "llvm -mtriple=x86_64-linux-gnu -mcpu=sapphirerapids"]
 out = {"models": {}, "learned": {}}
 insts = []
 for name in zoo.MODELS:
