@@ -148,8 +148,9 @@ def model_pairs(name: str, small: bool, costs: dict, args) -> list[dict]:
     return pairs
 
 
-def label(row: dict) -> str:
-    return row["model"] + (":small" if row["small"] else "")
+def label(model: str, small: bool) -> str:
+    """A row's key: the model, ":small" at its small configuration."""
+    return model + (":small" if small else "")
 
 
 def add_held_out(rows: list[dict], graphs: dict, cm) -> None:
@@ -160,19 +161,19 @@ def add_held_out(rows: list[dict], graphs: dict, cm) -> None:
     from relay_eqsat.cost.validate import held_out
 
     samples = all_samples(cm.cache, cm.target, cm.backend)
-    models = {label(r): (graphs[label(r)], r["measured"]) for r in rows if r.get("measured")}
+    by_label = {label(r["model"], r["small"]): r for r in rows if r.get("measured")}
+    models = {k: (graphs[k], r["measured"]) for k, r in by_label.items()}
     # a model run only at its small size (full NasNet-A takes too long to build): its full-size
     # kernels are measured in the database too; they are left out of every training set
     untimed = {r["model"] for r in rows if r["small"]} - {r["model"] for r in rows if not r["small"]}
     hidden = {i.key() for name in untimed for i in instances_from_graph(zoo_models.load_model(name, False)[2])}
     samples = [(i, t) for i, t in samples if i.key() not in hidden]
-    judged = {label(r) for r in rows if not r.get("fit_only")}
+    judged = {k for k, r in by_label.items() if not r.get("fit_only")}
     print(f"held-out: {len(samples)} measurements of {cm.target} ({cm.backend}), {len(models)} graphs", flush=True)
     for name, h in held_out(samples, models, cm.target, cm.backend, family=lambda n: n.split(":")[0],
                             evaluate=judged).items():
-        row = next(r for r in rows if label(r) == name)
-        row["held-out"] = {"predicted": h.predicted, "rel_error": h.rel_error, "n_train": h.n_train,
-                           "n_left_out": h.n_left_out}
+        by_label[name]["held-out"] = {"predicted": h.predicted, "rel_error": h.rel_error,
+                                      "n_train": h.n_train, "n_left_out": h.n_left_out}
         print(f"  {name}: measured {h.measured * 1e3:.3f} ms, held-out {h.predicted * 1e3:.3f} ms "
               f"({h.rel_error:+.1%}; trained on {h.n_train}, its family's {h.n_left_out} kernels left out)",
               flush=True)
@@ -244,7 +245,7 @@ def main(argv=None):
             runs.append((name, True, True))  # the small configuration teaches the fit the kernel starts
     built = {}
     for name, small, _ in runs:  # build every model first: the timings below interleave them
-        key = label({"model": name, "small": small})
+        key = label(name, small)
         mod, params, graphs[key] = zoo_models.load_model(name, small)
         if "zoo:" + name not in given:
             built[key] = runtime_stats.build_module(bind_params(mod, params), zoo_models.model_inputs(name, small))
@@ -255,7 +256,7 @@ def main(argv=None):
                                      rounds=args.repeat) if built else {}
     built.clear()
     for name, small, fit_only in runs:
-        key = label({"model": name, "small": small})
+        key = label(name, small)
         graph = graphs[key]
         if key in timed:
             t = timed[key]

@@ -55,6 +55,8 @@ def held_out(samples: Sequence[tuple[OpInstance, float]], models: Mapping[str, t
     the family is (a small configuration, say, teaches the fit the per-kernel overhead).
     Needs at least two other families for each fusion fit."""
     names = list(models) if evaluate is None else [n for n in models if n in evaluate]
+    if any(len({family(m) for m in models} - {family(n)}) < 2 for n in names):
+        raise ValueError("leave-one-model-out needs at least three model families")
     keys = {name: {i.key() for i in instances_from_graph(g)} for name, (g, _) in models.items()}
     out: dict[str, HeldOut] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -63,8 +65,6 @@ def held_out(samples: Sequence[tuple[OpInstance, float]], models: Mapping[str, t
             graph, measured = models[name]
             kin = [m for m in models if family(m) == family(name)]
             others = [(g, t) for m, (g, t) in models.items() if m not in kin]
-            if len({family(m) for m in models} - {family(name)}) < 2:
-                raise ValueError("leave-one-model-out needs at least three model families")
             left_out = set().union(*(keys[m] for m in kin))
             train = [(inst, s) for inst, s in samples if inst.key() not in left_out]
             if not train:
