@@ -10,6 +10,7 @@ from relay_eqsat.egraph import EGraph
 from relay_eqsat.extract import (ExtractionProblem, InfeasibleError, NodeCosts, egraph_problem,
                                  get_extractor, greedy_merge, greedy_ocf, ilp_acyc, merge_cost, ocf_cost,
                                  solution_cost, validate_solution)
+from relay_eqsat.extract.ocf import ocf_choice
 from relay_eqsat.extract.shared import improve_shared
 from relay_eqsat.graph import TensorGraph
 from relay_eqsat.optimize import OptimizeOptions
@@ -44,6 +45,36 @@ def test_ocf_misses_the_merge_greedy_merge_finds_it():
     assert {p.class_key[c]: p.node_class[n] for c, n in s.choice.items()}  # a valid choice
     validate_solution(p, s.choice)
     assert get_extractor("greedy-merge").solve(p).cost == 14
+
+
+def test_a_merge_whose_pieces_are_reshaped_is_found_through_them():
+    """A grouped convolution's merge: each piece is reshape(get(split(reshape(merged)))), so the
+    classes a and b read the shared split only through their own piece classes g0 and g1, which
+    no DAG class reads. The move on s has no DAG user; the move lifted through g0 and g1 (their
+    chosen nodes read s) switches a and b together: 10 + 10 + 1 -> 12 + 1 + 1 + 1."""
+    p = problem({
+        "out": [(1, ["a", "b"])],
+        "a": [(10, ["x", "w1"]), (0.5, ["g0"])],
+        "b": [(10, ["x", "w2"]), (0.5, ["g1"])],
+        "g0": [(0, ["s"])],
+        "g1": [(0, ["s"])],
+        "s": [(1, ["m"])],
+        "m": [(12, ["x", "k"])],
+        "k": [(0, ["w1", "w2"])],
+        "x": [(0, [])], "w1": [(0, [])], "w2": [(0, [])],
+    }, ["out"])
+    assert greedy_ocf(p).cost == 21
+    s = greedy_merge(p)
+    assert s.cost == 15 == brute_force_optimum(p)
+    validate_solution(p, s.choice)
+    start, flat = p.children_csr()
+    args = (np.ascontiguousarray(p.node_class, dtype=np.int32), start, flat,
+            np.ascontiguousarray(p.node_cost, dtype=np.float64), np.zeros(len(p.node_cost), np.uint8))
+    roots = [p.class_key.index("out")]
+    choice = ocf_choice(*args, p.num_classes, roots, False)  # greedy_merge's start
+    assert improve_shared(*args, choice.copy(), roots)[0] == 15
+    no_lift = improve_shared(*args, choice, roots, max_lift=0)
+    assert no_lift[0] == 21 and no_lift[1] == 0  # one level of readers only: the move is not seen
 
 
 def test_a_better_pairing_replaces_the_first_one():

@@ -17,12 +17,18 @@ has a node reading ``s`` to such a node (its cheapest one), so ``s`` is paid
 once for all of them. When that alone does not pay, it may be competing with
 an earlier pairing (three layers on one input: a+b merged, b+c cheaper): each
 class the switched nodes stopped reading that is left with a single reader
-gets that reader switched to its best other node. The move is kept if the
-true DAG cost (every class once) drops and the chosen nodes stay acyclic.
+gets that reader switched to its best other node. When the move on ``s``
+keeps nothing, it is tried once more *lifted*: the users then also include
+the DAG classes that reach ``s`` through up to three classes outside the DAG
+by those classes' chosen nodes (a grouped convolution's merge reaches each of
+its two classes as ``reshape(get(split(reshape(merged))))``: no DAG class
+reads the split itself, so the plain move never sees it). The move is kept if
+the true DAG cost (every class once) drops and the chosen nodes stay acyclic.
 Passes over all classes repeat until one keeps nothing. Every kept state is a
 valid extraction, so the result is never cheaper than the exact optimum and
 never dearer than the OCF greedy; it is deterministic (fixed class order, no
-randomness). It can miss a merge that pays only in two stages, a move whose
+randomness). It can miss a merge that pays only in two stages, one whose
+pieces reach their classes through more than three outside classes, a move whose
 readers cannot all switch (one switch would close a cycle), and a class the
 OCF greedy chose badly on its own. ``bench/mcts_reward.py`` measures it: on
 87 rollout e-graphs of the zoo (commit 8407f39) it found the ILP optimum on

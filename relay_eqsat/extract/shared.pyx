@@ -7,8 +7,11 @@ also finds cycles. A *group move* on a class ``s`` outside that DAG switches
 every DAG class that has a node reading ``s`` to such a node (its cheapest
 one); if that alone does not pay, the classes the switched nodes stop reading
 and that are left with one reader (the other half of a pairing the move
-competes with) get that reader switched to its best other node. The move is
-kept when the DAG's cost drops and the chosen nodes stay acyclic. Passes over
+competes with) get that reader switched to its best other node. A move on
+``s`` that keeps nothing is tried once more lifted: its users then include the
+DAG classes that reach ``s`` through up to ``max_lift`` classes outside the
+DAG by those classes' chosen nodes (a breadth-first walk up the parents). The
+move is kept when the DAG's cost drops and the chosen nodes stay acyclic. Passes over
 all classes repeat until one keeps nothing (or ``max_passes``). Scratch
 arrays are stamped with a counter instead of cleared.
 """
@@ -92,9 +95,10 @@ cdef double _evaluate(_Dag* g) noexcept nogil:
 
 def improve_shared(const int32_t[::1] node_class, const int32_t[::1] child_start, const int32_t[::1] children,
                    const double[::1] node_cost, const uint8_t[::1] blacklisted, int32_t[::1] choice, roots,
-                   Py_ssize_t max_passes=20):
+                   Py_ssize_t max_passes=20, Py_ssize_t max_lift=3):
     """Improve ``choice`` (class -> node, -1: none; changed in place) by group moves until a pass keeps
-    none or after ``max_passes`` passes. ``choice`` must give the roots an acyclic DAG (e.g. the OCF
+    none or after ``max_passes`` passes (``max_lift``: how many outside classes a lifted move reaches
+    its users through; 0: no lifted moves). ``choice`` must give the roots an acyclic DAG (e.g. the OCF
     greedy's choice of every class). Returns ``(cost, moves kept, evaluations, passes)``; the cost
     is that of the DAG the roots reach, each class once."""
     cdef Py_ssize_t N = node_class.shape[0], C = choice.shape[0], M = children.shape[0]
@@ -102,7 +106,9 @@ def improve_shared(const int32_t[::1] node_class, const int32_t[::1] child_start
     cdef int32_t c, n, s, d, u, t, m, reader, readers, best_m
     cdef bint improved, ready
     cdef double best, value, v, best_v
-    cdef int64_t ustamp = 0, tstamp = 0
+    cdef int64_t ustamp = 0, tstamp = 0, wstamp = 0
+    cdef Py_ssize_t nq, qi, lifted
+    cdef int32_t x
     if child_start.shape[0] != N + 1 or node_cost.shape[0] != N or blacklisted.shape[0] != N:
         raise ValueError("node_class, child_start (one longer), node_cost and blacklisted must match")
     check_csr(node_class, child_start, children, C)
@@ -183,6 +189,10 @@ def improve_shared(const int32_t[::1] node_class, const int32_t[::1] child_start
     cdef int32_t* rep_class = <int32_t*> buf.take(C * sizeof(int32_t))
     cdef int32_t* rep_t = <int32_t*> buf.take(C * sizeof(int32_t))
     cdef int32_t* rep_old = <int32_t*> buf.take(C * sizeof(int32_t))
+    cdef int32_t* q_class = <int32_t*> buf.take(C * sizeof(int32_t))
+    cdef int32_t* q_depth = <int32_t*> buf.take(C * sizeof(int32_t))
+    cdef int64_t* w_stamp = <int64_t*> buf.take(C * sizeof(int64_t))
+    memset(w_stamp, 0, C * sizeof(int64_t))
     memset(user_stamp, 0, C * sizeof(int64_t))
     memset(t_stamp, 0, C * sizeof(int64_t))
     memset(in_dag, 0, C * sizeof(uint8_t))
@@ -199,32 +209,58 @@ def improve_shared(const int32_t[::1] node_class, const int32_t[::1] child_start
             improved = False
             passes += 1
             for s in range(C):
-                if in_dag[s] or choice[s] < 0:
-                    continue
-                # the users: per DAG class, its cheapest node reading s whose children all have a choice
+              if in_dag[s] or choice[s] < 0:
+                  continue
+              for lift in range(2):
+                # the users: per DAG class, its cheapest node reading s whose children all have a choice;
+                # with lift, also the DAG classes that reach s through classes outside the DAG by their
+                # chosen nodes, up to max_lift levels up (a merged op's pieces: reshape(get(split(...))))
                 ustamp += 1
+                wstamp += 1
                 nusers = 0
-                for j in range(par_off[s], par_off[s + 1]):
-                    n = par[j]
-                    c = node_class[n]
-                    if c == s or not in_dag[c] or choice[c] == n:
-                        continue
-                    ready = True
-                    for k in range(child_start[n], child_start[n + 1]):
-                        if choice[children[k]] < 0:
-                            ready = False
-                            break
-                    if not ready:
-                        continue
-                    if user_stamp[c] != ustamp:
-                        user_stamp[c] = ustamp
-                        user_slot[c] = <int32_t> nusers
-                        user_class[nusers] = c
-                        user_node[nusers] = n
-                        nusers += 1
-                    elif node_cost[n] < node_cost[user_node[user_slot[c]]]:
-                        user_node[user_slot[c]] = n
-                if nusers < 2:
+                lifted = 0
+                nq = 1
+                q_class[0] = s
+                q_depth[0] = 0
+                w_stamp[s] = wstamp
+                qi = 0
+                while qi < nq:
+                    x = q_class[qi]
+                    qi += 1
+                    for j in range(par_off[x], par_off[x + 1]):
+                        n = par[j]
+                        c = node_class[n]
+                        if c == s or c == x:
+                            continue
+                        if not in_dag[c]:
+                            # an outside class whose chosen node reads x carries x into the DAG with it
+                            if lift and choice[c] == n and q_depth[qi - 1] < max_lift and w_stamp[c] != wstamp:
+                                w_stamp[c] = wstamp
+                                q_class[nq] = c
+                                q_depth[nq] = q_depth[qi - 1] + 1
+                                nq += 1
+                            continue
+                        if choice[c] == n:
+                            continue
+                        ready = True
+                        for k in range(child_start[n], child_start[n + 1]):
+                            if choice[children[k]] < 0:
+                                ready = False
+                                break
+                        if not ready:
+                            continue
+                        if user_stamp[c] != ustamp:
+                            user_stamp[c] = ustamp
+                            user_slot[c] = <int32_t> nusers
+                            user_class[nusers] = c
+                            user_node[nusers] = n
+                            nusers += 1
+                            lifted += x != s
+                        elif node_cost[n] < node_cost[user_node[user_slot[c]]]:
+                            user_node[user_slot[c]] = n
+                    if not lift:
+                        break
+                if nusers < 2 or (lift and not lifted):
                     continue
                 for i in range(nusers):
                     u = user_class[i]
@@ -295,6 +331,7 @@ def improve_shared(const int32_t[::1] node_class, const int32_t[::1] child_start
                     memset(in_dag, 0, C * sizeof(uint8_t))
                     for i in range(g.nvisited):
                         in_dag[g.visited[i]] = 1
+                    break  # s is in the DAG now
                 else:
                     for i in range(nrep - 1, -1, -1):
                         choice[rep_class[i]] = rep_old[i]
