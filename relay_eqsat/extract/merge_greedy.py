@@ -54,21 +54,24 @@ from .validate import InfeasibleError, reachable_classes, solution_cost, validat
 
 #: passes over all classes at most (a pass that keeps no move ends the search first)
 MAX_PASSES = 20
+#: outside classes a lifted move reaches its users through at most (0: plain moves only)
+MAX_LIFT = 3
 
 
-def _search(node_class, child_start, children, cost, blacklisted, num_classes, roots, max_passes):
+def _search(node_class, child_start, children, cost, blacklisted, num_classes, roots, max_passes,
+            max_lift=MAX_LIFT):
     """The OCF choice of every class, improved by group moves; (choice, stats) or None when a root
     has no acyclic extraction."""
     choice = ocf_choice(node_class, child_start, children, cost, blacklisted, num_classes, roots, False)
     if any(choice[r] < 0 for r in roots):
         return None
     _, kept, evaluations, passes = improve_shared(node_class, child_start, children, cost, blacklisted, choice,
-                                                  roots, max_passes)
+                                                  roots, max_passes, max_lift)
     return choice, {"moves": kept, "evaluations": evaluations, "passes": passes}
 
 
 def greedy_merge(problem: ExtractionProblem, roots: Iterable[int] | None = None, *,
-                 max_passes: int = MAX_PASSES, validate: bool = True) -> Solution:
+                 max_passes: int = MAX_PASSES, max_lift: int = MAX_LIFT, validate: bool = True) -> Solution:
     """Merge-aware greedy extraction: OCF greedy, then group moves (module docstring).
     ``info`` holds the moves kept, the DAG evaluations and the passes."""
     started = time.perf_counter()
@@ -77,7 +80,7 @@ def greedy_merge(problem: ExtractionProblem, roots: Iterable[int] | None = None,
     found = _search(np.ascontiguousarray(problem.node_class, dtype=np.int32), start, flat,
                     np.ascontiguousarray(problem.node_cost, dtype=np.float64),
                     np.ascontiguousarray(problem.blacklisted).view(np.uint8), problem.num_classes, roots,
-                    max_passes)
+                    max_passes, max_lift)
     if found is None:
         raise InfeasibleError(f"root classes {[problem.class_key[r] for r in roots]} have no acyclic extraction "
                               "that avoids the blacklisted nodes")
@@ -90,7 +93,8 @@ def greedy_merge(problem: ExtractionProblem, roots: Iterable[int] | None = None,
                     status="greedy-merge", solve_time=time.perf_counter() - started, info=info)
 
 
-def merge_cost(egraph: Any, node_cost: NodeCost | NodeCosts, root: int, max_passes: int = MAX_PASSES) -> float:
+def merge_cost(egraph: Any, node_cost: NodeCost | NodeCosts, root: int, max_passes: int = MAX_PASSES,
+               max_lift: int = MAX_LIFT) -> float:
     """Cost of the merge-aware greedy extraction of e-graph class ``root``: ``greedy_merge``'s cost on
     ``egraph_problem(egraph, node_cost, [root])``, computed on the e-graph's arrays. The MCTS reward
     that sees merges; pass one NodeCosts to every call. Raises InfeasibleError when ``root`` cannot
@@ -99,7 +103,7 @@ def merge_cost(egraph: Any, node_cost: NodeCost | NodeCosts, root: int, max_pass
     (r,) = class_indices(arrays, [root])
     cost = node_costs(node_cost).of(arrays)
     found = _search(arrays.node_class, arrays.child_start, arrays.children, cost, arrays.node_black.view(np.uint8),
-                    arrays.num_classes, (r,), max_passes)
+                    arrays.num_classes, (r,), max_passes, max_lift)
     if found is None:
         raise InfeasibleError(f"root class {int(arrays.class_id[r])} has no acyclic extraction that avoids "
                               "the blacklisted nodes")
