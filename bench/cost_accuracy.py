@@ -25,7 +25,9 @@ at the small configuration) or --small or --small-pairs is given.
 --whole-times FILE takes the measured whole-model runtimes from an earlier
 benchmark's JSON (bench/end_to_end.py: the opt_level 3 medians; or an earlier
 bench/cost_accuracy.py run) instead of building and timing each model again;
-each model is then costed at the size it was timed at. Otherwise every model is
+each model is then costed at the size it was timed at (with --held-out, an earlier
+cost_accuracy run's fit-only rows give the other sizes' runtimes too, so the
+held-out column is computed without timing anything). Otherwise every model is
 built first and the --repeat timings are taken in rounds, one timing of each
 model per round (order rotating), so a burst of load from elsewhere does not
 land on one model's timings.
@@ -53,6 +55,7 @@ model, and the correct ranking for at least 90% of the counted pairs.
 """
 from __future__ import annotations
 
+import json
 import os
 import statistics
 
@@ -153,6 +156,15 @@ def label(model: str, small: bool) -> str:
     return model + (":small" if small else "")
 
 
+def fit_only_times(path: str) -> dict[str, float]:
+    """{model: seconds} of the fit-only rows (a model's other size, see --held-out) of an earlier
+    run's JSON; empty for another bench's file."""
+    with open(path) as f:
+        data = json.load(f)
+    rows = data.get("rows", []) if isinstance(data, dict) else []
+    return {r["model"]: float(r["measured"]) for r in rows if r.get("fit_only") and r.get("measured")}
+
+
 def add_held_out(rows: list[dict], graphs: dict, cm) -> None:
     """Each row's "held-out" prediction (see --held-out), from ``cm``'s database and shipped rows;
     a model's two sizes are held out together, the fit-only rows (the other sizes) are fitted to."""
@@ -231,23 +243,31 @@ def main(argv=None):
 
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     costs = {k: make_cost_model(k) for k in kinds}
-    given = {}
+    given, given_fit = {}, {}
     if args.whole_times:
         from relay_eqsat.passes.measure_cli import read_whole_times
 
         given = read_whole_times(args.whole_times, args.small)
+        given_fit = fit_only_times(args.whole_times)
+
+    def given_time(name: str, fit_only: bool) -> float | None:
+        """The runtime --whole-times gives a run (a fit-only run's from its fit-only row), or None."""
+        if fit_only:
+            return given_fit.get(name)
+        return given["zoo:" + name][0] if "zoo:" + name in given else None
+
     rows, pairs, graphs = [], [], {}
     runs = []  # (model, small, fit only)
     for name in zoo_models.model_names(args.models):
         small = given["zoo:" + name][1] if "zoo:" + name in given else zoo_models.small_for(args, name)
         runs.append((name, small, False))
-        if args.held_out and not small and "zoo:" + name not in given:
+        if args.held_out and not small and ("zoo:" + name not in given or name in given_fit):
             runs.append((name, True, True))  # the small configuration teaches the fit the kernel starts
     built = {}
-    for name, small, _ in runs:  # build every model first: the timings below interleave them
+    for name, small, fit_only in runs:  # build every model first: the timings below interleave them
         key = label(name, small)
         mod, params, graphs[key] = zoo_models.load_model(name, small)
-        if "zoo:" + name not in given:
+        if given_time(name, fit_only) is None:
             built[key] = runtime_stats.build_module(bind_params(mod, params), zoo_models.model_inputs(name, small))
             print(f"{key}: built in {built[key].build_time:.1f} s", flush=True)
     # one timing of each model per round, the order rotating: a burst of load from elsewhere
@@ -262,7 +282,7 @@ def main(argv=None):
             t = timed[key]
             median, timing, build_time = t.median, t.to_dict(), t.build_time
         else:
-            median, timing, build_time = given["zoo:" + name][0], {"from": args.whole_times}, None
+            median, timing, build_time = given_time(name, fit_only), {"from": args.whole_times}, None
         row = {"model": name, "small": small, "nodes": len(graph), "measured": median, "timing": timing}
         if fit_only:
             row["fit_only"] = True

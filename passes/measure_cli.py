@@ -5,7 +5,8 @@
 Collects the distinct kernel instances of each model (through the Relay
 frontend), measures those the cache lacks (progress bar, each result written
 as it comes), retrains the learned model of (target, backend) on every cached
-row and prints its held-out error. With ``--fit-fusion`` it also times each
+row and prints its held-out error (``--sweep N`` adds N kernels of a generic
+shape sweep to the models' kernels). With ``--fit-fusion`` it also times each
 model whole and fits the fusion weights of the node cost to those runtimes
 (stored with the model). ``--fit-only`` refits the fusion weights of the
 existing model (the user's, else the shipped one) without measuring or
@@ -37,6 +38,7 @@ from relay_eqsat.cost.instance import instances_from_egraph, instances_from_grap
 from relay_eqsat.cost import learned
 from relay_eqsat.cost.learned import LearnedCostModel, default_model_path, load_model, model_dir, model_filename
 from relay_eqsat.cost.measure import BackendUnavailable, MeasureConfig, Measurer
+from relay_eqsat.cost.sweep import sweep_instances
 from relay_eqsat.cost.validate import held_out
 from relay_eqsat.egraph import EGraph
 from relay_eqsat.rules import load_rules
@@ -61,6 +63,11 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--saturate", type=int, default=0, metavar="NODES",
                    help="also measure the kernels of rewritten variants: every e-node of each model's "
                         "e-graph grown by the TENSAT scheduler (default rules, k_multi=1) up to NODES e-nodes")
+    p.add_argument("--sweep", type=int, default=0, metavar="N",
+                   help="also measure N kernels of a generic shape sweep (dense, batch_matmul, convolutions, "
+                        "pools; relay_eqsat.cost.sweep), so that models never measured are predicted from "
+                        "nearby shapes (240 take about 5 minutes on one core)")
+    p.add_argument("--sweep-seed", type=int, default=0, help="seed of the sweep's draw")
     p.add_argument("--db", default=None, help="cost database (default: $RELAY_EQSAT_COST_DB or the user cache)")
     p.add_argument("--repeat", type=int, default=7, help="timings per op; the median is kept")
     p.add_argument("--min-repeat-ms", type=float, default=20.0, help="least duration of one timing")
@@ -145,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"target {measurer.target}, backend {measurer.backend}, database {cache.path}")
 
     specs = [s.strip() for s in args.models.split(",") if s.strip()]
+    if args.sweep < 0:
+        print("relay-eqsat measure: --sweep takes a number of kernels >= 0", file=sys.stderr)
+        return 2
     if args.retrain_shipped:
         return retrain_shipped(args, measurer, specs)
     if args.fit_only:
@@ -155,6 +165,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{spec}: {len(graphs[spec])} nodes, "
               f"{len(instances_from_graph(graphs[spec]))} distinct kernels")
     instances = unique(i for g in graphs.values() for i in instances_from_graph(g))
+    if args.sweep:
+        instances = unique(instances + sweep_instances(args.sweep, args.sweep_seed))
+        print(f"with a sweep of {args.sweep} kernels: {len(instances)} distinct kernels")
     if args.saturate:
         instances = unique(instances + _rewritten_instances(graphs, args.saturate))
         print(f"with rewritten variants: {len(instances)} distinct kernels")

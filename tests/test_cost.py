@@ -624,6 +624,27 @@ def test_cli_measure_small_model(tmp_path, capsys):
     assert CostCache().count(TARGET, "tvm-llvm") == 2
 
 
+def test_cli_measure_sweep_without_models(tmp_path, capsys):
+    """--sweep N measures N kernels of the generic sweep (here with no model at all); a negative
+    size is a clear error."""
+    pytest.importorskip("tvm")
+    from relay_eqsat.passes import measure_cli as cli
+    from relay_eqsat.cost.sweep import sweep_instances
+
+    parser = argparse.ArgumentParser(prog="relay-eqsat")
+    cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["measure", "--models", "", "--sweep", "2", "--sweep-seed", "1", "--limit", "2",
+                              "--repeat", "2", "--min-repeat-ms", "1", "--no-train"])
+    assert args.func(args) == 0
+    assert "with a sweep of 2 kernels: 2 distinct kernels" in capsys.readouterr().out
+    cache = CostCache()
+    assert cache.count(TARGET, "tvm-llvm") == 2
+    for inst in sweep_instances(2, seed=1):
+        assert cache.get(inst, TARGET, "tvm-llvm") is not None
+    bad = parser.parse_args(["measure", "--models", "", "--sweep", "-1", "--no-train"])
+    assert bad.func(bad) == 2 and "--sweep" in capsys.readouterr().err
+
+
 def test_read_whole_times(tmp_path):
     from relay_eqsat.passes.measure_cli import read_whole_times
 
@@ -734,3 +755,27 @@ def test_cost_terms_dot_weights_is_op_cost():
     for op, attrs, ins, out, const in cases:
         assert cm.cost_terms(op, attrs, ins, out, const) @ rule.vector() == pytest.approx(
             cm.op_cost(op, attrs, ins, out, const), rel=1e-12, abs=1e-15), op
+
+
+def test_sweep_draws_distinct_canonical_kernels_under_the_cap_deterministically():
+    from relay_eqsat import ops
+    from relay_eqsat.cost.analytic import op_flops_bytes
+    from relay_eqsat.cost.sweep import KINDS, sweep_instances
+
+    a = sweep_instances(120, seed=3)
+    assert [i.key() for i in a] == [i.key() for i in sweep_instances(120, seed=3)]  # deterministic
+    assert [i.key() for i in a] != [i.key() for i in sweep_instances(120, seed=4)]
+    assert len(a) == 120 and len({i.key() for i in a}) == 120
+    assert {i.op for i in a} >= {"nn.dense", "nn.batch_matmul", "nn.conv2d"}
+    groups = {i.attrs["groups"] for i in a if i.op == "nn.conv2d"}
+    assert 1 in groups and any(g > 1 for g in groups)  # grouped and depthwise ones too
+    for i in a:
+        # the attributes are canonical (as the frontend gives them: the cache keys match a model's), the
+        # output type the operator table's, and no kernel is above the work cap
+        assert i.attrs == ops.normalize_attrs(i.op, dict(i.attrs.items_tuple()), i.input_types)
+        assert i.out_type == ops.infer_type(i.op, i.attrs, list(i.input_types))
+        assert op_flops_bytes(i.op, i.attrs, i.input_types, i.out_type)[0] <= 2e9
+    assert sweep_instances(0) == []
+    with pytest.raises(ValueError):
+        sweep_instances(-1)
+    assert abs(sum(KINDS.values()) - 1) < 1e-9

@@ -1,0 +1,137 @@
+"""A generic sweep of kernel shapes: what to measure on a CPU besides the kernels of known models.
+
+The learned model predicts a kernel it never saw from the measured kernels
+near it. Trained on the zoo's models alone it sees few shapes of the ops
+that dominate real models (24 dense and 6 batch_matmul kernels among the 791
+measured on Sapphire Rapids), and a model of another family is predicted
+from shapes of a different regime: BERT's 128-row dense layers from ViT's
+197-row ones (+37% held out). ``sweep_instances(n, seed)`` draws ``n``
+kernels of the anchors that carry the time of CNNs and transformers (dense,
+batch_matmul, convolutions: plain, strided, 1x1, grouped, depthwise, and
+the pools) from fixed grids of sizes common in real networks, seeded and
+deterministic, each kernel's work capped so the sweep measures in minutes.
+``relay-eqsat measure --sweep N`` measures them beside the models' kernels.
+
+No TVM here: the instances are ``OpInstance``s with canonical attributes
+and inferred output types, measured by the ``Measurer`` like any other.
+"""
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+from .. import ops
+from ..graph import TensorType
+from .analytic import op_flops_bytes
+from .instance import OpInstance, unique
+
+#: sizes drawn from (real networks' rows, widths, channels and feature maps)
+ROWS = (1, 8, 16, 32, 64, 100, 128, 196, 197, 256, 384, 512)
+WIDTHS = (64, 128, 256, 384, 512, 768, 1000, 1024, 1536, 2048, 3072, 4096)
+BATCHES = (1, 2, 4, 8, 12, 16)
+SEQ = (16, 49, 64, 96, 128, 196, 197, 256, 384)
+HEAD = (32, 48, 64, 96, 128)
+CHANNELS = (16, 24, 32, 40, 48, 64, 80, 96, 112, 128, 144, 160, 192, 240, 256, 320, 384, 448, 512, 576,
+            640, 768, 960, 1024, 2048)
+MAPS = (7, 8, 14, 17, 28, 35, 56, 73, 112)
+
+#: a drawn kernel above this many FLOPs is drawn again (at about 25-100 GFLOP/s on one core, the
+#: largest take 10-40 ms a run, the size of VGG's convolutions)
+MAX_FLOPS = 2e9
+
+#: share of each kind among the drawn kernels
+KINDS = {"dense": 0.25, "batch_matmul": 0.15, "conv": 0.35, "conv1x1": 0.1, "depthwise": 0.07,
+         "grouped": 0.04, "pool": 0.04}
+
+F32 = "float32"
+
+
+def _conv(x: TensorType, w: tuple[int, ...], stride: int, pad: int, groups: int = 1) -> OpInstance:
+    attrs = ops.normalize_attrs("nn.conv2d", {"strides": (stride, stride), "padding": (pad,) * 4,
+                                              "groups": groups}, [x, TensorType(w, F32)])
+    return OpInstance.make("nn.conv2d", attrs, [x, TensorType(w, F32)])
+
+
+def _dense(r: random.Random) -> OpInstance:
+    m, k, n = r.choice(ROWS), r.choice(WIDTHS), r.choice(WIDTHS)
+    ins = [TensorType((m, k), F32), TensorType((n, k), F32)]
+    return OpInstance.make("nn.dense", ops.normalize_attrs("nn.dense", {}, ins), ins)
+
+
+def _batch_matmul(r: random.Random) -> OpInstance:
+    b, m, n, k = r.choice(BATCHES), r.choice(SEQ), r.choice(SEQ), r.choice(HEAD)
+    if r.random() < 0.5:  # scores: Q K^T (k = the head size); else P V (n = the head size)
+        n, k = k, n
+    tb = r.random() < 0.5
+    ins = [TensorType((b, m, k), F32), TensorType((b, n, k) if tb else (b, k, n), F32)]
+    return OpInstance.make("nn.batch_matmul", ops.normalize_attrs("nn.batch_matmul", {"transpose_b": tb}, ins), ins)
+
+
+def _feature_map(r: random.Random) -> tuple[int, int]:
+    c, h = r.choice(CHANNELS), r.choice(MAPS)
+    return c, h
+
+
+def _plain_conv(r: random.Random) -> OpInstance:
+    c, h = _feature_map(r)
+    k = r.choice((3, 3, 3, 5, 7))
+    stride = r.choice((1, 1, 1, 2))
+    return _conv(TensorType((1, c, h, h), F32), (r.choice(CHANNELS), c, k, k), stride, k // 2)
+
+
+def _conv1x1(r: random.Random) -> OpInstance:
+    c, h = _feature_map(r)
+    return _conv(TensorType((1, c, h, h), F32), (r.choice(CHANNELS), c, 1, 1), r.choice((1, 1, 1, 2)), 0)
+
+
+def _depthwise(r: random.Random) -> OpInstance:
+    c, h = _feature_map(r)
+    k = r.choice((3, 3, 5))
+    return _conv(TensorType((1, c, h, h), F32), (c, 1, k, k), r.choice((1, 1, 2)), k // 2, groups=c)
+
+
+def _grouped(r: random.Random) -> OpInstance:
+    g = r.choice((2, 4, 8, 16, 32))
+    c = g * r.choice((4, 8, 16, 32))
+    h = r.choice(MAPS)
+    return _conv(TensorType((1, c, h, h), F32), (c, c // g, 3, 3), r.choice((1, 1, 2)), 1, groups=g)
+
+
+def _pool(r: random.Random) -> OpInstance:
+    c, h = _feature_map(r)
+    x = TensorType((1, c, h, h), F32)
+    op = r.choice(("nn.max_pool2d", "nn.avg_pool2d"))
+    k, s = r.choice(((3, 2), (2, 2), (3, 1)))
+    attrs = ops.normalize_attrs(op, {"pool_size": (k, k), "strides": (s, s), "padding": (k // 2,) * 4 if s == 1
+                                     else (0, 0, 0, 0)}, [x])
+    return OpInstance.make(op, attrs, [x])
+
+
+DRAW: dict[str, Callable[[random.Random], OpInstance]] = {
+    "dense": _dense, "batch_matmul": _batch_matmul, "conv": _plain_conv, "conv1x1": _conv1x1,
+    "depthwise": _depthwise, "grouped": _grouped, "pool": _pool}
+
+
+def sweep_instances(n: int, seed: int = 0, max_flops: float = MAX_FLOPS) -> list[OpInstance]:
+    """``n`` distinct kernel instances drawn from the grids above (shares ``KINDS``), deterministic
+    for a seed; a draw with more than ``max_flops`` FLOPs, or whose shapes do not type, is drawn
+    again."""
+    if n < 0:
+        raise ValueError("the sweep size must be >= 0")
+    r = random.Random(seed)
+    kinds, weights = list(KINDS), list(KINDS.values())
+    out: dict[tuple, OpInstance] = {}
+    tries = 0
+    while len(out) < n:
+        tries += 1
+        if tries > 100 * n + 1000:
+            raise RuntimeError(f"drew only {len(out)} distinct sweep kernels of {n}")
+        try:
+            inst = DRAW[r.choices(kinds, weights)[0]](r)
+        except ops.ShapeError:
+            continue
+        flops, _ = op_flops_bytes(inst.op, inst.attrs, inst.input_types, inst.out_type)
+        if flops > max_flops:
+            continue
+        out.setdefault(inst.key(), inst)
+    return unique(out.values())
