@@ -107,7 +107,7 @@ def improve_shared(const int32_t[::1] node_class, const int32_t[::1] child_start
     cdef bint improved, ready
     cdef double best, value, v, best_v
     cdef int64_t ustamp = 0, tstamp = 0, wstamp = 0
-    cdef Py_ssize_t nq, qi, lifted
+    cdef Py_ssize_t nq, qi, lifted, lift
     cdef int32_t x
     if child_start.shape[0] != N + 1 or node_cost.shape[0] != N or blacklisted.shape[0] != N:
         raise ValueError("node_class, child_start (one longer), node_cost and blacklisted must match")
@@ -209,132 +209,132 @@ def improve_shared(const int32_t[::1] node_class, const int32_t[::1] child_start
             improved = False
             passes += 1
             for s in range(C):
-              if in_dag[s] or choice[s] < 0:
-                  continue
-              for lift in range(2):
-                # the users: per DAG class, its cheapest node reading s whose children all have a choice;
-                # with lift, also the DAG classes that reach s through classes outside the DAG by their
-                # chosen nodes, up to max_lift levels up (a merged op's pieces: reshape(get(split(...))))
-                ustamp += 1
-                wstamp += 1
-                nusers = 0
-                lifted = 0
-                nq = 1
-                q_class[0] = s
-                q_depth[0] = 0
-                w_stamp[s] = wstamp
-                qi = 0
-                while qi < nq:
-                    x = q_class[qi]
-                    qi += 1
-                    for j in range(par_off[x], par_off[x + 1]):
-                        n = par[j]
-                        c = node_class[n]
-                        if c == s or c == x:
-                            continue
-                        if not in_dag[c]:
-                            # an outside class whose chosen node reads x carries x into the DAG with it
-                            if lift and choice[c] == n and q_depth[qi - 1] < max_lift and w_stamp[c] != wstamp:
-                                w_stamp[c] = wstamp
-                                q_class[nq] = c
-                                q_depth[nq] = q_depth[qi - 1] + 1
-                                nq += 1
-                            continue
-                        if choice[c] == n:
-                            continue
-                        ready = True
-                        for k in range(child_start[n], child_start[n + 1]):
-                            if choice[children[k]] < 0:
-                                ready = False
-                                break
-                        if not ready:
-                            continue
-                        if user_stamp[c] != ustamp:
-                            user_stamp[c] = ustamp
-                            user_slot[c] = <int32_t> nusers
-                            user_class[nusers] = c
-                            user_node[nusers] = n
-                            nusers += 1
-                            lifted += x != s
-                        elif node_cost[n] < node_cost[user_node[user_slot[c]]]:
-                            user_node[user_slot[c]] = n
-                    if not lift:
-                        break
-                if nusers < 2 or (lift and not lifted):
+                if in_dag[s] or choice[s] < 0:
                     continue
-                for i in range(nusers):
-                    u = user_class[i]
-                    user_old[i] = choice[u]
-                    choice[u] = user_node[i]
-                value = _evaluate(&g)
-                evaluations += 1
-                nrep = 0
-                if value >= 0 and value >= best - 1e-12 * best:
-                    # repair: a class the users stopped reading, still in the DAG with a single reader
-                    # left (not a user), loses what sharing paid for it; that reader may do better
-                    tstamp += 1
-                    for i in range(nusers):
-                        n = user_old[i]
-                        for k in range(child_start[n], child_start[n + 1]):
-                            t = children[k]
-                            if t_stamp[t] == tstamp or g.seen[t] != g.stamp:
+                for lift in range(2):
+                    # the users: per DAG class, its cheapest node reading s whose children all have a choice;
+                    # with lift, also the DAG classes that reach s through classes outside the DAG by their
+                    # chosen nodes, up to max_lift levels up (a merged op's pieces: reshape(get(split(...))))
+                    ustamp += 1
+                    wstamp += 1
+                    nusers = 0
+                    lifted = 0
+                    nq = 1
+                    q_class[0] = s
+                    q_depth[0] = 0
+                    w_stamp[s] = wstamp
+                    qi = 0
+                    while qi < nq:
+                        x = q_class[qi]
+                        qi += 1
+                        for j in range(par_off[x], par_off[x + 1]):
+                            n = par[j]
+                            c = node_class[n]
+                            if c == s or c == x:
                                 continue
-                            t_stamp[t] = tstamp
-                            readers = 0
-                            reader = -1
-                            for j in range(par_off[t], par_off[t + 1]):
-                                m = par[j]
-                                c = node_class[m]
-                                if g.seen[c] == g.stamp and choice[c] == m:
-                                    readers += 1
-                                    reader = c
-                                    if readers > 1:
-                                        break
-                            if readers == 1 and user_stamp[reader] != ustamp and t_stamp[reader] != -tstamp:
-                                t_stamp[reader] = -tstamp  # one repair per reader
-                                rep_class[nrep] = reader
-                                rep_t[nrep] = t
-                                nrep += 1
-                    for i in range(nrep):
-                        c = rep_class[i]
-                        t = rep_t[i]
-                        rep_old[i] = choice[c]
-                        best_m = choice[c]
-                        best_v = value
-                        for j in range(cn_off[c], cn_off[c + 1]):
-                            m = cn[j]
-                            if m == rep_old[i] or blacklisted[m]:
+                            if not in_dag[c]:
+                                # an outside class whose chosen node reads x carries x into the DAG with it
+                                if lift and choice[c] == n and q_depth[qi - 1] < max_lift and w_stamp[c] != wstamp:
+                                    w_stamp[c] = wstamp
+                                    q_class[nq] = c
+                                    q_depth[nq] = q_depth[qi - 1] + 1
+                                    nq += 1
+                                continue
+                            if choice[c] == n:
                                 continue
                             ready = True
-                            for k in range(child_start[m], child_start[m + 1]):
-                                d = children[k]
-                                if d == t or choice[d] < 0:
+                            for k in range(child_start[n], child_start[n + 1]):
+                                if choice[children[k]] < 0:
                                     ready = False
                                     break
                             if not ready:
                                 continue
-                            choice[c] = m
-                            v = _evaluate(&g)
-                            evaluations += 1
-                            if v >= 0 and v < best_v:
-                                best_v = v
-                                best_m = m
-                        choice[c] = best_m
-                        value = best_v
-                    if nrep:
-                        value = _evaluate(&g)  # the visited classes of the state kept
-                        evaluations += 1
-                if value >= 0 and value < best - 1e-12 * best:
-                    best = value
-                    kept += 1
-                    improved = True
-                    memset(in_dag, 0, C * sizeof(uint8_t))
-                    for i in range(g.nvisited):
-                        in_dag[g.visited[i]] = 1
-                    break  # s is in the DAG now
-                else:
-                    for i in range(nrep - 1, -1, -1):
-                        choice[rep_class[i]] = rep_old[i]
+                            if user_stamp[c] != ustamp:
+                                user_stamp[c] = ustamp
+                                user_slot[c] = <int32_t> nusers
+                                user_class[nusers] = c
+                                user_node[nusers] = n
+                                nusers += 1
+                                lifted += x != s
+                            elif node_cost[n] < node_cost[user_node[user_slot[c]]]:
+                                user_node[user_slot[c]] = n
+                        if not lift:
+                            break
+                    if nusers < 2 or (lift and not lifted):
+                        continue
                     for i in range(nusers):
-                        choice[user_class[i]] = user_old[i]
+                        u = user_class[i]
+                        user_old[i] = choice[u]
+                        choice[u] = user_node[i]
+                    value = _evaluate(&g)
+                    evaluations += 1
+                    nrep = 0
+                    if value >= 0 and value >= best - 1e-12 * best:
+                        # repair: a class the users stopped reading, still in the DAG with a single reader
+                        # left (not a user), loses what sharing paid for it; that reader may do better
+                        tstamp += 1
+                        for i in range(nusers):
+                            n = user_old[i]
+                            for k in range(child_start[n], child_start[n + 1]):
+                                t = children[k]
+                                if t_stamp[t] == tstamp or g.seen[t] != g.stamp:
+                                    continue
+                                t_stamp[t] = tstamp
+                                readers = 0
+                                reader = -1
+                                for j in range(par_off[t], par_off[t + 1]):
+                                    m = par[j]
+                                    c = node_class[m]
+                                    if g.seen[c] == g.stamp and choice[c] == m:
+                                        readers += 1
+                                        reader = c
+                                        if readers > 1:
+                                            break
+                                if readers == 1 and user_stamp[reader] != ustamp and t_stamp[reader] != -tstamp:
+                                    t_stamp[reader] = -tstamp  # one repair per reader
+                                    rep_class[nrep] = reader
+                                    rep_t[nrep] = t
+                                    nrep += 1
+                        for i in range(nrep):
+                            c = rep_class[i]
+                            t = rep_t[i]
+                            rep_old[i] = choice[c]
+                            best_m = choice[c]
+                            best_v = value
+                            for j in range(cn_off[c], cn_off[c + 1]):
+                                m = cn[j]
+                                if m == rep_old[i] or blacklisted[m]:
+                                    continue
+                                ready = True
+                                for k in range(child_start[m], child_start[m + 1]):
+                                    d = children[k]
+                                    if d == t or choice[d] < 0:
+                                        ready = False
+                                        break
+                                if not ready:
+                                    continue
+                                choice[c] = m
+                                v = _evaluate(&g)
+                                evaluations += 1
+                                if v >= 0 and v < best_v:
+                                    best_v = v
+                                    best_m = m
+                            choice[c] = best_m
+                            value = best_v
+                        if nrep:
+                            value = _evaluate(&g)  # the visited classes of the state kept
+                            evaluations += 1
+                    if value >= 0 and value < best - 1e-12 * best:
+                        best = value
+                        kept += 1
+                        improved = True
+                        memset(in_dag, 0, C * sizeof(uint8_t))
+                        for i in range(g.nvisited):
+                            in_dag[g.visited[i]] = 1
+                        break  # s is in the DAG now
+                    else:
+                        for i in range(nrep - 1, -1, -1):
+                            choice[rep_class[i]] = rep_old[i]
+                        for i in range(nusers):
+                            choice[user_class[i]] = user_old[i]
     return best, kept, evaluations, passes
