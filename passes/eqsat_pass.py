@@ -39,7 +39,7 @@ from relay_eqsat.user_warnings import warn
 from .relay import UnsupportedProgram, from_relay, main_function, to_relay
 from .runtime import build_and_run, output_error, paired_ratio, random_inputs, time_rounds, timer
 from .target import host_target, runs_here
-from .verdicts import Verdicts
+from .verdicts import Verdicts, program_record
 
 log = logging.getLogger(__name__)
 
@@ -481,10 +481,14 @@ class EqSatPass:
             verdicts = Verdicts(getattr(cost_model, "cache", None) if judgement.check_runtime else None,
                                 RUNTIME_SETTINGS)
             remembered = None if opts["verify"] else verdicts.rejected_input(typed, opts)
+            won = None if opts["verify"] or remembered is not None else verdicts.won_input(typed, opts, graph)
             if remembered is not None:
                 # an earlier run measured this model's result no faster (same options, same machine)
                 report = dict(remembered, changed=False, runtime_check_cached=True, judged_by=judgement.notes)
                 report["reason"] = f"{remembered.get('reason', 'measured no faster')} (remembered from an earlier run)"
+            elif won is not None:
+                # an earlier run measured this model's result faster: the same program, no search
+                new_graph, report = won[0], dict(won[1], changed=True, judged_by=judgement.notes)
             else:
                 new_graph, report = optimize(graph, dict(opts, target=target, cost=cost_model,
                                                          calibrate=judgement.calibrate, min_gain=judgement.min_gain,
@@ -523,10 +527,13 @@ class EqSatPass:
             if verdict is not None:
                 keep = verdict["keep"]
                 report.update(verdict["report"], runtime_check_cached=True)
+                if won is not None:
+                    report["reason"] = f"{report.get('reason', 'measured faster')} (remembered from an earlier run)"
             else:
                 keep = runtime_check(typed, new_mod, opts, report, judgement)
                 if judgement.check_runtime and not opts["verify"]:
-                    verdicts.remember(typed, new_mod, opts, keep, report)
+                    verdicts.remember(typed, new_mod, opts, keep, report,
+                                      won=(program_record(new_graph), _report_summary(report)))
         report["seconds"] = time.perf_counter() - t0
         self.last_report = report
         log.info("EqSatPass: %s", format_summary(report))

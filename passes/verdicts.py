@@ -9,7 +9,13 @@ what decides them:
   -> keep or not, with the figures that decided it;
 - ``input``: (input program, every option, host, package version) -> "the result
   was measured no faster": a later run on the same model with the same options
-  returns the input at once, without searching.
+  returns the input at once, without searching;
+- ``win``: the same key -> the program that was measured faster (its nodes,
+  constants by name: their values are the input's) and its report: a later
+  run returns it without searching. Searching again would not do: the first
+  run's kernel measurements are in the database by then, and a candidate only
+  the whole programs' runtime found faster (the measured kernels called it a
+  tie) is no longer the cheapest extraction.
 
 Programs are identified by the structural hash of ``main``'s parameters and
 body (constants' values included). Mismatches and failed builds are never
@@ -24,6 +30,9 @@ from typing import Any, Mapping
 import tvm
 from tvm import relay
 
+from relay_eqsat.cost.instance import attrs_from_str, attrs_to_str
+from relay_eqsat.graph import TensorGraph, TensorType
+
 from .target import host_target
 
 #: report keys a verdict carries
@@ -36,6 +45,35 @@ def program_hash(mod: tvm.IRModule) -> str:
     report with this run's times)."""
     func = mod["main"]
     return str(tvm.ir.structural_hash(relay.Function(func.params, func.body)))
+
+
+def program_record(graph: TensorGraph) -> dict | None:
+    """``graph`` as JSON-able data: per node its op, inputs and canonical attributes (a constant by
+    its name and type, not its value). None for a program with opaque nodes, whose payloads are
+    the frontend's objects."""
+    if any(n.op == "opaque" for n in graph.nodes) or graph.output is None:
+        return None
+    return {"nodes": [[n.op, list(n.inputs), attrs_to_str(n.attrs)] for n in graph.nodes], "output": graph.output}
+
+
+def program_from_record(record: Mapping[str, Any], source: TensorGraph) -> TensorGraph | None:
+    """The program of a ``program_record``, its constants' values taken by name from ``source``
+    (the input program it was optimized from), every node's type inferred again; None when it does
+    not fit (a constant ``source`` lacks or holds with another type, a node that does not type)."""
+    g = TensorGraph()
+    try:
+        for op, inputs, attrs_text in record["nodes"]:
+            attrs = attrs_from_str(attrs_text)
+            if op == "constant":
+                value = source.constants.get(attrs["name"])
+                if value is None or attrs["type"] != TensorType(tuple(value.shape), str(value.dtype)):
+                    return None
+                g.constants[attrs["name"]] = value
+            g.add(op, inputs, attrs, dedup=False)
+        g.set_output(record["output"])
+    except (KeyError, TypeError, ValueError):  # ops.ShapeError is a ValueError
+        return None
+    return g
 
 
 def _options_text(opts: Mapping[str, Any]) -> str | None:
@@ -72,6 +110,10 @@ class Verdicts:
             return None
         return ":".join(["eqsat_input", program_hash(before), host_target(), self.settings, __version__, text])
 
+    def win_key(self, before: tvm.IRModule, opts: Mapping[str, Any]) -> str | None:
+        key = self.input_key(before, opts)
+        return None if key is None else "eqsat_win" + key[len("eqsat_input"):]
+
     def pair_key(self, before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, Any]) -> str:
         return ":".join(["runtime_check", program_hash(before), program_hash(after), host_target(),
                          str(opts.get("target")), str(opts.get("seed")), self.settings,
@@ -81,16 +123,27 @@ class Verdicts:
         """The remembered report of a run whose result was measured no faster, or None."""
         return self._get(self.input_key(before, opts))
 
+    def won_input(self, before: tvm.IRModule, opts: Mapping[str, Any],
+                  source: TensorGraph) -> tuple[TensorGraph, dict] | None:
+        """(program, report) of a run whose result was measured faster, the program rebuilt on
+        ``source`` (``before`` as a TensorGraph), or None."""
+        stored = self._get(self.win_key(before, opts))
+        graph = None if stored is None else program_from_record(stored["program"], source)
+        return None if graph is None else (graph, stored["report"])
+
     def pair(self, before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, Any]) -> dict | None:
         """The remembered verdict on (before, after): {"keep": bool, "report": {...}}, or None."""
         return self._get(self.pair_key(before, after, opts))
 
     def remember(self, before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, Any], keep: bool,
-                 report: Mapping[str, Any]) -> None:
-        """Keep a measured verdict (not a rejection for a mismatch or a failed build)."""
+                 report: Mapping[str, Any], won: tuple[dict | None, Mapping[str, Any]] | None = None) -> None:
+        """Keep a measured verdict (not a rejection for a mismatch or a failed build); ``won``:
+        (``program_record`` of ``after``'s program, its report's summary) to keep with a win."""
         if str(report.get("reason", "")).startswith("rejected"):
             return
         found = {k: report[k] for k in VERDICT_KEYS if k in report}
         self._put(self.pair_key(before, after, opts), {"keep": keep, "report": found})
         if not keep:
             self._put(self.input_key(before, opts), found)
+        elif won is not None and won[0] is not None:
+            self._put(self.win_key(before, opts), {"program": won[0], "report": dict(won[1], **found)})

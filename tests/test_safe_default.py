@@ -5,6 +5,8 @@ beyond the cost model's calibrated error. Timers are replaced where a decision i
 timing assertions."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -19,6 +21,7 @@ from tvm import relay  # noqa: E402
 from relay_eqsat.passes import EqSatPass, eqsat_pass  # noqa: E402
 from relay_eqsat.passes.runtime import build, run  # noqa: E402
 from relay_eqsat.passes.target import host_target, runs_here  # noqa: E402
+from relay_eqsat.passes.verdicts import program_from_record, program_hash, program_record  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 
@@ -167,6 +170,17 @@ def _copy_optimizer(graph, options):
     return graph.compact(), {"changed": True, "reason": "test", "predicted_speedup": 1.01}
 
 
+def _commuting_optimizer(graph, options):
+    """A program of its own: every add's operands swapped (the same numbers)."""
+    g, ids = TensorGraph(), {}
+    g.constants = dict(graph.constants)
+    for i, n in enumerate(graph.nodes):
+        ins = [ids[j] for j in n.inputs]
+        ids[i] = g.add(n.op, ins[::-1] if n.op == "add" else ins, n.attrs)
+    g.set_output(ids[graph.output])
+    return g, {"changed": True, "reason": "test", "predicted_speedup": 2.0, "cost_before": 2e-3, "cost_after": 1e-3}
+
+
 @pytest.fixture
 def builds(monkeypatch):
     """The builds the pass makes (a list that grows by one per build); its optimizer claims a change."""
@@ -204,6 +218,48 @@ def test_default_remembers_a_measured_win(monkeypatch, cost_db, builds):
     assert not out2.same_as(mod) and len(builds) == 2 and q.last_report["runtime_check_cached"]
     x = {"x": np.random.default_rng(2).standard_normal((1, 64)).astype("float32")}
     np.testing.assert_allclose(run(build(out2), x)[0], run(build(mod), x)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_remembered_win_is_returned_without_searching_again(monkeypatch, cost_db, builds):
+    """The next run returns the program measured faster, rebuilt from the database on the input's
+    constants: no search (whose costs the first run's kernel measurements have changed since), no
+    build, the same numbers."""
+    monkeypatch.setattr(eqsat_pass, "time_rounds", lambda modules, **kw: [[2e-3] * 9, [1e-3] * 9])
+    monkeypatch.setattr(eqsat_pass, "optimize", _commuting_optimizer)
+    mod = dense_net()
+    out = EqSatPass()(mod)
+    assert not out.same_as(mod) and len(builds) == 2
+    searched = []
+    monkeypatch.setattr(eqsat_pass, "optimize", lambda g, o: searched.append(1) or _commuting_optimizer(g, o))
+    q = EqSatPass()
+    out2 = q(mod)
+    assert not searched and len(builds) == 2
+    rep = q.last_report
+    assert rep["changed"] and rep["runtime_check_cached"] and "remembered from an earlier run" in rep["reason"]
+    assert rep["cost_after"] < rep["cost_before"]  # the first run's figures come with it
+    assert program_hash(out2) == program_hash(out) != program_hash(mod)  # the program kept, rebuilt
+    x = {"x": np.random.default_rng(3).standard_normal((1, 64)).astype("float32")}
+    np.testing.assert_allclose(run(build(out2), x)[0], run(build(mod), x)[0], rtol=1e-5, atol=1e-5)
+    EqSatPass(seed=7)(mod)  # other options: another key, a search
+    assert searched == [1]
+
+
+def test_program_records_round_trip_and_refuse_what_does_not_fit():
+    from relay_eqsat.passes.relay import from_relay
+
+    g = from_relay(relay.transform.InferType()(dense_net()))
+    rec = json.loads(json.dumps(program_record(g)))  # JSON-able
+    back = program_from_record(rec, g)
+    assert [(n.op, n.inputs, n.attrs, n.type) for n in back.nodes] == [(n.op, n.inputs, n.attrs, n.type)
+                                                                        for n in g.nodes]
+    assert back.output == g.output and all(back.constants[k] is v for k, v in g.constants.items())
+    other = from_relay(relay.transform.InferType()(dense_net()))
+    name = next(iter(g.constants))
+    other.constants[name] = np.zeros((3, 3), "float32")  # same name, another type
+    assert program_from_record(rec, other) is None
+    other.constants.pop(name)
+    assert program_from_record(rec, other) is None
+    assert program_from_record({"nodes": [["nn.relu", [5], "{}"]], "output": 0}, g) is None
 
 
 def test_a_round_too_slow_to_time_falls_back_to_the_predicted_gain(monkeypatch, cost_db):

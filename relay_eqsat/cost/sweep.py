@@ -23,7 +23,7 @@ from typing import Callable
 from .. import ops
 from ..graph import TensorType
 from .analytic import op_flops_bytes
-from .instance import OpInstance, unique
+from .instance import OpInstance
 
 #: sizes drawn from (real networks' rows, widths, channels and feature maps)
 ROWS = (1, 8, 16, 32, 64, 100, 128, 196, 197, 256, 384, 512)
@@ -134,4 +134,4 @@ def sweep_instances(n: int, seed: int = 0, max_flops: float = MAX_FLOPS) -> list
         if flops > max_flops:
             continue
         out.setdefault(inst.key(), inst)
-    return unique(out.values())
+    return list(out.values())
