@@ -283,8 +283,10 @@ def test_pass_uses_a_verified_user_rule_and_outputs_match(tmp_path):
     t = relay.transpose(relay.transpose(x, axes=[1, 0]), axes=[1, 0])
     mod = tvm.IRModule.from_expr(relay.Function([x], relay.add(relay.nn.relu(t), x)))
     mod = relay.transform.InferType()(mod)
+    # a tiny program: keep the result the cost model prefers (its kernels take microseconds: measured
+    # live they decide by noise whether a gain clears the calibrated margin; the test is about the rule)
     eqsat = EqSatPass(rules=str(write(tmp_path, GOOD)), final_extractor="greedy-ocf", node_limit=500,
-                      check_runtime=False)  # a tiny program: keep the result the cost model prefers
+                      check_runtime=False, calibrate="off", min_gain=0)
     with tvm.transform.PassContext(opt_level=3):
         out = eqsat(mod)
     report = eqsat.last_report
