@@ -170,6 +170,7 @@ def add_held_out(rows: list[dict], graphs: dict, cm) -> None:
     a model's two sizes are held out together, the fit-only rows (the other sizes) are fitted to."""
     from relay_eqsat.cost import instances_from_graph
     from relay_eqsat.cost.cache import all_samples
+    from relay_eqsat.cost.groups import fused_groups
     from relay_eqsat.cost.validate import held_out
 
     samples = all_samples(cm.cache, cm.target, cm.backend)
@@ -178,7 +179,8 @@ def add_held_out(rows: list[dict], graphs: dict, cm) -> None:
     # a model run only at its small size (full NasNet-A takes too long to build): its full-size
     # kernels are measured in the database too; they are left out of every training set
     untimed = {r["model"] for r in rows if r["small"]} - {r["model"] for r in rows if not r["small"]}
-    hidden = {i.key() for name in untimed for i in instances_from_graph(zoo_models.load_model(name, False)[2])}
+    hidden = {i.key() for name in untimed for g in [zoo_models.load_model(name, False)[2]]
+              for i in instances_from_graph(g) + fused_groups(g)}
     samples = [(i, t) for i, t in samples if i.key() not in hidden]
     judged = {k for k, r in by_label.items() if not r.get("fit_only")}
     print(f"held-out: {len(samples)} measurements of {cm.target} ({cm.backend}), {len(models)} graphs", flush=True)

@@ -17,7 +17,8 @@ import numpy as np
 import tvm
 
 from relay_eqsat import ops
-from relay_eqsat.cost.instance import OpInstance
+from relay_eqsat.cost.groups import group_anchor, group_graph
+from relay_eqsat.cost.instance import GROUP_OP, OpInstance
 from relay_eqsat.cost.measure import BackendUnavailable, MeasureConfig
 from relay_eqsat.graph import TensorGraph
 
@@ -41,10 +42,19 @@ def relay_function(inst: OpInstance, seed: int = 0):
     A one-op TensorGraph goes through the project's one Relay backend
     (:func:`~relay_eqsat.passes.relay.to_relay`). Every operand is a parameter:
     weight slots are returned in ``params`` (bound at build time), the others
-    in the runtime inputs. For batch_norm only field 0 is returned, as in
+    in the runtime inputs. A fused group (:data:`GROUP_OP`) is built from its nodes, the operands
+    constant in its model bound as weights. For batch_norm only field 0 is returned, as in
     inference, so SimplifyInference turns it into a scale and shift.
     """
     rng = np.random.default_rng(seed)
+    if inst.op == GROUP_OP:  # an anchor and its epilogue: the model's constants bound as weights
+        g = group_graph(inst)
+        params, inputs = {}, {}
+        for i in g.inputs:
+            n = g.nodes[i]
+            name = n.attrs["name"]
+            (params if name.startswith("p") else inputs)[name] = _input_array(n.type, rng)
+        return to_relay(g), params, inputs
     weights = ops.get(inst.op).weight_slots
     g = TensorGraph()
     ids, params, inputs = [], {}, {}
@@ -69,16 +79,39 @@ class TVMRunner:
         self.config = config
 
     def __call__(self, inst: OpInstance) -> tuple[float, int]:
+        if inst.op == GROUP_OP:
+            return self.epilogue(inst)
         cfg = self.config
-        func, params, inputs = relay_function(inst)
-        lib = build(func, params={k: tvm.nd.array(v) for k, v in params.items()}, target=self.target,
-                    opt_level=cfg.opt_level)
-        dev = tvm.device(tvm.target.Target(self.target).kind.name, 0)
-        m = executor(lib, dev)
-        set_inputs(m, inputs)
+        m, lib, inputs, dev = self._load(inst)
         seconds, repeats = time_module(m, dev, cfg.repeat, cfg.number, cfg.min_repeat_ms, cfg.warmup)
         layout = layout_transform_seconds(lib, dev, inputs, cfg.repeat, cfg.min_repeat_ms)
         return max(seconds - layout, seconds * 0.05), repeats
+
+    def _load(self, inst: OpInstance):
+        """(executor with inputs set, built lib, inputs, device) of ``inst``."""
+        func, params, inputs = relay_function(inst)
+        lib = build(func, params={k: tvm.nd.array(v) for k, v in params.items()}, target=self.target,
+                    opt_level=self.config.opt_level)
+        dev = tvm.device(tvm.target.Target(self.target).kind.name, 0)
+        m = executor(lib, dev)
+        set_inputs(m, inputs)
+        return m, lib, inputs, dev
+
+    def epilogue(self, inst: OpInstance) -> tuple[float, int]:
+        """Seconds a fused group's epilogue adds to its anchor: the group and the anchor alone
+        built from the same operands, timed in alternating rounds (a machine's drift between
+        measurements taken apart would swamp an epilogue), each less its layout transforms; the
+        median of the paired differences (may be slightly negative: timing noise)."""
+        cfg = self.config
+        loaded = [self._load(inst), self._load(group_anchor(inst))]
+        layout = [layout_transform_seconds(lib, dev, inputs, cfg.repeat, cfg.min_repeat_ms)
+                  for _, lib, inputs, dev in loaded]
+        rounds = []
+        for _ in range(cfg.repeat):
+            pair = [time_module(m, dev, 1, cfg.number, cfg.min_repeat_ms, cfg.warmup)[0] - lay
+                    for (m, _, _, dev), lay in zip(loaded, layout)]
+            rounds.append(pair[0] - pair[1])
+        return statistics.median(rounds), len(rounds)
 
 
 class TorchRunner:
@@ -94,6 +127,8 @@ class TorchRunner:
         self.config = config
 
     def __call__(self, inst: OpInstance) -> tuple[float, int]:
+        if inst.op == GROUP_OP:
+            raise BackendUnavailable("torch-cuda times single ops, not fused groups")
         torch = self.torch
         dev = torch.device("cuda")
         with torch.no_grad():

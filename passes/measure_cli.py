@@ -6,7 +6,9 @@ Collects the distinct kernel instances of each model (through the Relay
 frontend), measures those the cache lacks (progress bar, each result written
 as it comes), retrains the learned model of (target, backend) on every cached
 row and prints its held-out error (``--sweep N`` adds N kernels of a generic
-shape sweep to the models' kernels). With ``--fit-fusion`` it also times each
+shape sweep to the models' kernels; ``--groups`` the models' fused groups, an
+anchor with its element-wise epilogue, from which what a fused element-wise
+op costs is learned). With ``--fit-fusion`` it also times each
 model whole and fits the fusion weights of the node cost to those runtimes
 (stored with the model). ``--fit-only`` refits the fusion weights of the
 existing model (the user's, else the shipped one) without measuring or
@@ -34,6 +36,7 @@ from relay_eqsat import progress
 from relay_eqsat.cli import add_common_arguments
 from relay_eqsat.cost.base import CostModel, fit_fusion
 from relay_eqsat.cost.cache import CostCache, all_samples, normalize_target, shipped_samples, shipped_table_path
+from relay_eqsat.cost.groups import fused_groups
 from relay_eqsat.cost.instance import instances_from_egraph, instances_from_graph, unique
 from relay_eqsat.cost import learned
 from relay_eqsat.cost.learned import LearnedCostModel, default_model_path, load_model, model_dir, model_filename
@@ -68,6 +71,9 @@ def register(subparsers) -> argparse.ArgumentParser:
                         "pools; relay_eqsat.cost.sweep), so that models never measured are predicted from "
                         "nearby shapes (240 take about 5 minutes on one core)")
     p.add_argument("--sweep-seed", type=int, default=0, help="seed of the sweep's draw")
+    p.add_argument("--groups", action="store_true",
+                   help="also measure each model's fused groups (an anchor with the element-wise ops TVM "
+                        "fuses into its kernel), from which the cost of a fused epilogue is learned")
     p.add_argument("--db", default=None, help="cost database (default: $RELAY_EQSAT_COST_DB or the user cache)")
     p.add_argument("--repeat", type=int, default=7, help="timings per op; the median is kept")
     p.add_argument("--min-repeat-ms", type=float, default=20.0, help="least duration of one timing")
@@ -168,6 +174,9 @@ def run(args: argparse.Namespace) -> int:
     if args.sweep:
         instances = unique(instances + sweep_instances(args.sweep, args.sweep_seed))
         print(f"with a sweep of {args.sweep} kernels: {len(instances)} distinct kernels")
+    if args.groups:
+        instances = unique(instances + [grp for g in graphs.values() for grp in fused_groups(g)])
+        print(f"with the models' fused groups: {len(instances)} distinct kernels and groups")
     if args.saturate:
         instances = unique(instances + _rewritten_instances(graphs, args.saturate))
         print(f"with rewritten variants: {len(instances)} distinct kernels")

@@ -33,7 +33,12 @@ class in the operator table (``OpDef.fusion``, ``conv`` and ``streamed_weights``
   not pay a memory round trip: ``fused × kernel + fused_read × kernel ×
   extra_share``, where ``extra_share`` is the share of the op's traffic that
   comes from operands other than its largest one (a residual add still reads
-  its second tensor; a relu or a bias add reads next to nothing new);
+  its second tensor; a relu or a bias add reads next to nothing new), plus
+  ``epilogue ×`` what the op computes inside its host's kernel, learned from
+  fused groups measured whole (`relay_eqsat.cost.groups`; 0 for a model
+  without that fit): TVM computes a fused epilogue element by element, so a
+  fused ``tanh``, ``sigmoid`` or ``erf`` costs several ns per value, a relu
+  or an add nothing measurable;
 - but in a whole program (``graph_cost``) an element-wise op fuses only where
   ``FuseOps`` can put it into a producer's kernel (`standalone_elementwise`):
   one of its operands comes from an op whose only consumer it is and which
@@ -72,6 +77,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import math
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from typing import Sequence
@@ -116,7 +122,17 @@ _EPILOGUE_HOSTS = ("elemwise", "broadcast", "injective", "out_fusable")
 def standalone_elementwise(graph: TensorGraph, live: Sequence[int] | None = None,
                            const: Sequence[bool] | None = None) -> dict[int, int]:
     """The live element-wise (``fused``-class) nodes of ``graph`` that run as kernels of their own,
-    each mapped to the node that keeps it from fusing: the producer of its largest operand.
+    each mapped to the node that keeps it from fusing: the producer of its largest operand
+    (`fusion_hosts`)."""
+    return fusion_hosts(graph, live, const)[1]
+
+
+def fusion_hosts(graph: TensorGraph, live: Sequence[int] | None = None,
+                 const: Sequence[bool] | None = None) -> tuple[dict[int, int], dict[int, int]]:
+    """(hosted, alone): each live, non-constant element-wise (``fused``-class) node of ``graph``
+    either joins the kernel of an operand's producer (``hosted``: node -> that producer; for a
+    tuple's field, the tuple's producer) or runs as a kernel of its own (``alone``: node -> the
+    producer of its largest operand, the node that keeps it from fusing).
 
     Mirrors what TVM's ``FuseOps`` does with the program: an element-wise op
     joins the kernel of an operand's producer when that producer has no other
@@ -139,29 +155,32 @@ def standalone_elementwise(graph: TensorGraph, live: Sequence[int] | None = None
     for j in list(consumers):  # a tensor whose element-wise readers meet again fuses as if read once
         if consumers[j] > 1 and j != graph.output and _rejoins(nodes, users, j):
             consumers[j] = 1
+    hosts: dict[int, int] = {}
     out: dict[int, int] = {}
     for i in live:
         n = nodes[i]
         if fusion_class(n.op) != "fused" or const[i] or not n.inputs:
             continue
-        hosted = False
+        host = None
         for j in n.inputs:
             if const[j] or consumers[j] != 1:
                 continue
             p = nodes[j]
             if p.op == "tuple_get_item":
                 if _piece_hosts(nodes, p.inputs[0], consumers):
-                    hosted = True
+                    host = p.inputs[0]
                     break
                 continue
             d = ops.OPS.get(p.op)
             if d is not None and d.pattern in _EPILOGUE_HOSTS and fusion_class(p.op) != "free":
-                hosted = True
+                host = j
                 break
-        if not hosted:
+        if host is not None:
+            hosts[i] = host
+        else:
             operands = [j for j in n.inputs if not const[j]] or list(n.inputs)
             out[i] = max(operands, key=lambda j: _bytes(nodes[j]))
-    return out
+    return hosts, out
 
 
 def _rejoins(nodes, users: dict[int, list[int]], j: int, steps: int = 32) -> bool:
@@ -226,6 +245,34 @@ def extra_read_share(input_types: Sequence[Type], out_type: Type) -> float:
     return (sum(sizes) - max(sizes)) / total
 
 
+#: key of the epilogue fit's shared coefficient: seconds per element of an element-wise op's
+#: operands other than the largest (`epilogue_seconds`)
+EPILOGUE_READ = "_read"
+
+
+def epilogue_features(input_types: Sequence[Type], out_type: Type) -> tuple[int, int]:
+    """(output elements, elements of every operand but the largest): what an element-wise op's
+    cost inside a kernel is linear in."""
+    sizes = [_elements(t) for t in input_types]
+    return _elements(out_type), (sum(sizes) - max(sizes)) if sizes else 0
+
+
+def _elements(t: Type) -> int:
+    return math.prod(t.shape) if isinstance(t, TensorType) else 0
+
+
+def epilogue_seconds(coefs: dict[str, float], op: str, input_types: Sequence[Type],
+                     out_type: Type) -> float | None:
+    """Seconds element-wise ``op`` computes inside the kernel it fuses into, from coefficients
+    fitted to measured fused groups (`relay_eqsat.cost.groups.fit_epilogue`); None when they have
+    none for the op."""
+    c = coefs.get(op)
+    if c is None or not isinstance(out_type, TensorType):
+        return None
+    out, extra = epilogue_features(input_types, out_type)
+    return c * out + coefs.get(EPILOGUE_READ, 0.0) * extra
+
+
 @dataclass(frozen=True)
 class FusionRule:
     """Weights of the node-cost terms (see the module docstring)."""
@@ -239,8 +286,10 @@ class FusionRule:
     launch: float = 0.0
     conv: float = 1.0
     standalone: float = 1.0
+    epilogue: float = 1.0
 
-    TERMS = ("anchor", "fused", "fused_read", "injective", "opaque", "weights", "launch", "conv", "standalone")
+    TERMS = ("anchor", "fused", "fused_read", "injective", "opaque", "weights", "launch", "conv", "standalone",
+             "epilogue")
 
     def vector(self) -> np.ndarray:
         return np.array([getattr(self, t) for t in self.TERMS])
@@ -311,6 +360,10 @@ class CostModel:
                                  f"{self.backend}); run `relay-eqsat measure --target ...` to train one")
         if fusion is None and self.learned is not None and self.learned.meta.get("fusion"):
             self.fusion = FusionRule(**self.learned.meta["fusion"])  # fitted with the model
+        #: seconds per element a fused element-wise op adds to its host's kernel, per op (learned
+        #: from measured fused groups with the model; empty: the discounted kernel time instead)
+        self.epilogue: dict[str, float] = dict(self.learned.meta.get("epilogue") or {}) \
+            if self.learned is not None and kind != "analytic" else {}
         if self.foreign_model and kind in ("auto", "learned"):
             _warn_foreign(self.learned.meta.get("target"), self.target)
         self.analytic = analytic or AnalyticModel.for_target(self.target)
@@ -403,6 +456,7 @@ class CostModel:
         elif cls == "fused":
             terms[1] = k
             terms[2] = k * extra_read_share(input_types, out_type)
+            terms[9] = self._epilogue(op, input_types, out_type)
         else:
             terms[3] = k
         return terms
@@ -420,15 +474,23 @@ class CostModel:
         if cls == "opaque":
             nbytes = sum(type_bytes(t) for t in input_types) + type_bytes(out_type)
             return f.opaque * self.analytic.roofline(0, nbytes) + launch
-        k = self.kernel_cost(op, attrs, input_types, out_type)
         w = (f.weights * self._weight_traffic(op, input_types) if f.weights else 0.0) + launch
+        k = self.kernel_cost(op, attrs, input_types, out_type)
         if cls == "anchor":
             return (f.conv if _is_conv(op) else f.anchor) * k + w
         if standalone:
             return f.standalone * k + w
         if cls == "fused":
-            return k * (f.fused + f.fused_read * extra_read_share(input_types, out_type)) + w
+            return (k * (f.fused + f.fused_read * extra_read_share(input_types, out_type))
+                    + f.epilogue * self._epilogue(op, input_types, out_type) + w)
         return f.injective * k + w
+
+    def _epilogue(self, op: str, input_types: Sequence[Type], out_type: Type) -> float:
+        """Seconds a fused element-wise op computes inside its host's kernel, learned from
+        measured fused groups (`relay_eqsat.cost.groups`); 0 without such a fit for the op."""
+        if not self.epilogue:
+            return 0.0
+        return epilogue_seconds(self.epilogue, op, input_types, out_type) or 0.0
 
     def _weight_traffic(self, op: str, input_types: Sequence[Type]) -> float:
         """Seconds to stream the op's weight operands (``OpDef.streamed_weights``) from memory."""
@@ -571,7 +633,7 @@ def _nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def fit_fusion(model: CostModel, samples: Sequence[tuple[TensorGraph, float]],
                fit: Sequence[str] = ("anchor", "fused", "fused_read", "injective", "weights", "launch", "conv",
-                                     "standalone"),
+                                     "standalone", "epilogue"),
                prior_strength: float = 0.01) -> FitReport:
     """Fit the FusionRule weights named in ``fit`` to measured whole-graph seconds.
 
@@ -586,8 +648,9 @@ def fit_fusion(model: CostModel, samples: Sequence[tuple[TensorGraph, float]],
     if not samples:
         raise ValueError("no graphs to fit on")
     names = FusionRule.TERMS
-    idx = [names.index(t) for t in fit]
     rows = np.stack([model.graph_terms(g) for g, _ in samples])
+    # a term no graph has (the epilogue term without a fit of it) keeps its weight: nothing decides it
+    idx = [names.index(t) for t in fit if rows[:, names.index(t)].any()]
     y = np.array([s for _, s in samples], dtype=np.float64)
     if not np.all(y > 0):
         raise ValueError("measured seconds must be positive")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import os
 import re
 import sqlite3
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..graph import TensorType
-from .instance import OpInstance, attrs_from_str
+from .instance import GROUP_OP, OpInstance, attrs_from_str
 
 log = logging.getLogger(__name__)
 
@@ -249,8 +250,10 @@ class CostCache:
     # -- costs ----------------------------------------------------------------
     def put(self, inst: OpInstance, target: str, backend: str, seconds: float, repeats: int,
             timestamp: float | None = None) -> None:
-        """Store (or replace) a measurement; clears a recorded failure of the same key."""
-        if not seconds > 0:
+        """Store (or replace) a measurement; clears a recorded failure of the same key. A time must
+        be positive, except a fused group's (what its epilogue adds: timing noise can make it
+        slightly negative; `relay_eqsat.cost.groups`)."""
+        if not (seconds > 0 or (inst.op == GROUP_OP and math.isfinite(seconds))):
             raise ValueError(f"a measured time must be positive, got {seconds}")
         target = normalize_target(target)
         key = inst.key() + (target, backend)

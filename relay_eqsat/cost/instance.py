@@ -17,6 +17,9 @@ from ..graph import Attrs, TensorGraph, TensorType, TupleType, Type
 
 # Ops that never run as kernels (``OpDef.fusion`` "free"): they cost nothing and are never measured.
 GRAPH_LEVEL_OPS = frozenset(name for name, d in ops.OPS.items() if d.fusion == "free")
+#: the op name of a fused group's instance: an anchor and its element-wise epilogue measured as
+#: one kernel (`relay_eqsat.cost.groups`)
+GROUP_OP = "fused_group"
 
 
 def _encode_value(v: Any) -> Any:
@@ -86,7 +89,11 @@ class OpInstance:
              out_type: Type | None = None) -> "OpInstance":
         """An instance; the output type is inferred with ``ops`` when not given."""
         attrs = attrs if isinstance(attrs, Attrs) else Attrs(attrs or {})
-        if out_type is None:
+        if out_type is None and op == GROUP_OP:
+            from .groups import group_out_type  # groups builds on this module
+
+            out_type = group_out_type(attrs, input_types)
+        elif out_type is None:
             out_type = ops.infer_type(op, attrs, list(input_types))
         return cls(op, attrs, tuple(input_types), out_type)
 

@@ -48,7 +48,7 @@ from .. import ops
 from ..graph import Attrs, TensorType, TupleType, Type
 from .analytic import AnalyticModel, op_flops_bytes
 from .cache import CostCache, cache_dir, ignore_shipped, normalize_target, target_slug
-from .instance import OpInstance
+from .instance import GROUP_OP, OpInstance
 from .measure import target_backends
 from .simd import schedule_efficiency, simd_lanes
 
@@ -357,6 +357,21 @@ def _train_isolated(X: np.ndarray, y: np.ndarray, holdout: float, seed: int, rou
     return res["model"], res["report"]
 
 
+def _fit_epilogue(groups: Sequence[tuple[OpInstance, float]],
+                  kernels: Sequence[tuple[OpInstance, float]]) -> tuple[dict[str, float], dict]:
+    """`relay_eqsat.cost.groups.fit_epilogue` on the measured groups (the seconds each epilogue
+    adds) whose anchor was measured alone too (among ``kernels``: the fit's weights)."""
+    from .groups import fit_epilogue, group_anchor  # groups builds on the cost model
+
+    alone = {inst.key(): t for inst, t in kernels}
+    rows = []
+    for inst, t in groups:
+        ta = alone.get(group_anchor(inst).key())
+        if ta is not None:
+            rows.append((inst, t, ta))
+    return fit_epilogue(rows)
+
+
 class LearnedCostModel:
     """An XGBoost regressor of log-seconds for one target and backend."""
 
@@ -389,6 +404,8 @@ class LearnedCostModel:
         The split is evaluated with a model fit on the rest; the returned model
         is then refit on every sample. Needs at least 10 samples for a split.
         """
+        groups = [s for s in samples if s[0].op == GROUP_OP]
+        samples = [s for s in samples if s[0].op != GROUP_OP]
         if not samples:
             raise ValueError("no samples to train on")
         p = dict(DEFAULT_PARAMS, **(params or {}))
@@ -405,6 +422,11 @@ class LearnedCostModel:
         report = TrainReport(**rep)
         meta = dict(target=normalize_target(target), backend=backend, feature_version=FEATURE_VERSION,
                     n_features=len(FEATURE_NAMES), rounds=rounds, report=rep, baseline=BASELINE)
+        if groups:  # what each element-wise op adds to the kernel it fuses into
+            coefs, fit = _fit_epilogue(groups, samples)
+            if coefs:
+                meta["epilogue"] = coefs
+            meta["epilogue_fit"] = fit
         return cls(json.loads(model_json), meta), report
 
     @classmethod

@@ -4,7 +4,7 @@
 predicted runtime of a model none of whose kernels was measured? For each
 model in turn, a learned model is trained on the measurements of every kernel
 that model does not contain (a kernel it shares with another model is left
-out too), the fusion weights are fitted to the *other* models' measured
+out too; so are its fused groups), the fusion weights are fitted to the *other* models' measured
 runtimes under that learned model, and the model's whole-graph cost is
 predicted with every kernel time a prediction. That is the error a user can
 expect on a model of their own on a CPU the cost model was trained on (the
@@ -24,6 +24,7 @@ from typing import Callable, Collection, Mapping, Sequence
 from ..graph import TensorGraph
 from .base import CostModel, FusionRule, fit_fusion
 from .cache import CostCache
+from .groups import fused_groups
 from .instance import OpInstance, instances_from_graph
 from .learned import LearnedCostModel
 
@@ -57,7 +58,7 @@ def held_out(samples: Sequence[tuple[OpInstance, float]], models: Mapping[str, t
     names = list(models) if evaluate is None else [n for n in models if n in evaluate]
     if any(len({family(m) for m in models} - {family(n)}) < 2 for n in names):
         raise ValueError("leave-one-model-out needs at least three model families")
-    keys = {name: {i.key() for i in instances_from_graph(g)} for name, (g, _) in models.items()}
+    keys = {name: {i.key() for i in instances_from_graph(g) + fused_groups(g)} for name, (g, _) in models.items()}
     out: dict[str, HeldOut] = {}
     with tempfile.TemporaryDirectory() as tmp:
         empty = CostCache(Path(tmp) / "empty.sqlite")  # kind "learned" reads no measurement
