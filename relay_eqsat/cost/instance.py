@@ -17,8 +17,8 @@ from ..graph import Attrs, TensorGraph, TensorType, TupleType, Type
 
 # Ops that never run as kernels (``OpDef.fusion`` "free"): they cost nothing and are never measured.
 GRAPH_LEVEL_OPS = frozenset(name for name, d in ops.OPS.items() if d.fusion == "free")
-#: the op name of a fused group's instance: an anchor and its element-wise epilogue measured as
-#: one kernel (`relay_eqsat.cost.groups`)
+#: the op name of a fused group's instance: an anchor and the element-wise epilogue fused into its
+#: kernel; what is measured for it is the seconds the epilogue adds (`relay_eqsat.cost.groups`)
 GROUP_OP = "fused_group"
 
 

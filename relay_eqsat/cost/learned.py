@@ -403,6 +403,9 @@ class LearnedCostModel:
 
         The split is evaluated with a model fit on the rest; the returned model
         is then refit on every sample. Needs at least 10 samples for a split.
+        Fused-group samples (:data:`GROUP_OP`: the seconds an epilogue adds) are
+        not kernels: they fit the per-op epilogue costs stored in the metadata
+        (``epilogue``, ``epilogue_fit``; `relay_eqsat.cost.groups.fit_epilogue`).
         """
         groups = [s for s in samples if s[0].op == GROUP_OP]
         samples = [s for s in samples if s[0].op != GROUP_OP]
