@@ -63,9 +63,7 @@ def fused_groups(graph: TensorGraph) -> list[OpInstance]:
     members: dict[int, list[int]] = {}
     for i in hosts:
         r = i
-        for _ in range(len(graph.nodes)):
-            if r not in hosts:
-                break
+        while r in hosts:  # a host is an earlier node: the walk ends at the kernel's root
             r = hosts[r]
         members.setdefault(r, []).append(i)
     seen: dict[tuple, OpInstance] = {}
@@ -94,9 +92,7 @@ def group_instance(graph: TensorGraph, nodes: Sequence[int], const: Sequence[boo
         node = graph.nodes[n]
         refs = []
         for j in node.inputs:
-            if j in index:
-                if index[j] >= index[n]:
-                    return None
+            if j in index:  # an earlier node of the group (node ids are topological)
                 refs.append(-1 - index[j])  # resolved below, once the external count is known
                 continue
             if not isinstance(graph.nodes[j].type, TensorType):
