@@ -136,7 +136,8 @@ def summarize(res: dict) -> dict:
 
     ``best_bound``: the largest lower bound any exact extractor proved (the optimum when one
     proved it); ``best_exact``: the exact extractor whose cost is least (then fastest), its cost
-    over the best bound (``best_exact_gap``) and its time; ``worse_than_greedy``: exact
+    over the best bound (``best_exact_gap``) and its time (costs equal up to float rounding count as
+    equal); ``worse_than_greedy``: exact
     extractors that returned a dearer program than greedy-merge or greedy-ocf.
     """
     optimal = [r["cost"] for n, r in res.items() if is_exact(n) and r.get("optimal")]
@@ -149,7 +150,10 @@ def summarize(res: dict) -> dict:
     if best is not None:
         best_bound = best if best_bound is None else min(max(best_bound, 0.0), best)
     exact = [(r["cost"], r["time"], n) for n, r in res.items() if is_exact(n) and "cost" in r]
-    best_exact = min(exact)[2] if exact else None
+    best_exact = None
+    if exact:  # the least cost (equal up to float rounding: the same optimum summed in another order), then fastest
+        least = min(c for c, _, _ in exact)
+        best_exact = min((t, n) for c, t, n in exact if c <= least * (1 + 1e-9) + 1e-15)[1]
     greedy_costs = [res[g]["cost"] for g in ("greedy-merge", "greedy-ocf") if "cost" in res.get(g, {})]
     worse = [n for c, _, n in exact if greedy_costs and c > min(greedy_costs) * (1 + 1e-12)]
     ocf = res.get("greedy-ocf", {}).get("cost")

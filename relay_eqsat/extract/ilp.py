@@ -22,6 +22,13 @@ They differ in how cycles are forbidden:
   encoded set is not known to be complete, each solution is checked and the
   cycle it contains, if any, is added as a cut before solving again.
 
+When the class graph has no cycle (TENSAT's and MCTS's e-graphs, whose cycle
+filter keeps them acyclic) ILP-ACyc has nothing to forbid: it then fixes the
+nodes every solution takes and solves the independent parts that remain one
+by one (components.py, ``decompose=True``; MaxSAT does the same), which proves
+the same optimum several times faster than one model of the whole. ILP-Topo is
+kept whole, as TENSAT formulates it: the baseline.
+
 Solvers: OR-Tools CP-SAT (default; the objective uses integer weights from
 presolve.integer_weights, tie-broken by presolve.tie_break_weights so that its
 parallel workers agree on one program among equal-cost optima) or SCIP through
@@ -39,6 +46,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from .components import PartResult, Split, pack, solve_parts, split
 from .cycles import acyclic_groups, cyclic_components, cycle_basis, find_cycle_in_choice, simple_cycles
 from .merge_greedy import greedy_merge
 from .presolve import Reduced, integer_weights, reduce_problem, rounding_slack, tie_break_weights
@@ -382,6 +390,48 @@ def _solve_loop(problem, red, roots, enc: Encoding, warm: Solution, time_limit, 
                     bound=None if lower is None else min(lower, warm.cost))
 
 
+def solve_split(problem: ExtractionProblem, red: Reduced, roots: list[int], warm: Solution, the_split: Split,
+                solve_part, time_limit: float | None, started: float, name: str, extra_info: dict) -> Solution:
+    """An acyclic problem solved part by part (components.py): ``solve_part(part, hint nodes,
+    seconds) -> PartResult`` on each packed part under the one time limit, the results joined,
+    validated and, if dearer than the warm start, replaced by it (never worse than greedy)."""
+    parts = Split(the_split.fixed, pack(the_split.parts))
+    encode_time = time.perf_counter() - started
+    deadline = None if time_limit is None else started + time_limit
+    t0 = time.perf_counter()
+    out = solve_parts(problem.node_cost, parts, warm_nodes(problem, red, warm), solve_part, deadline)
+    solve_time = time.perf_counter() - t0
+    info = dict(extra_info, **out.info)  # its counts are of the packed parts (solver calls): name them so
+    info.update(solver_calls=out.info["parts"], parts=len(the_split.parts),
+                largest_part=max((len(p.nodes) for p in the_split.parts), default=0))
+    choice = choice_from_values(problem, red, out.chosen)
+    validate_solution(problem, choice, roots)
+    cost = solution_cost(problem, choice, roots)
+    if not out.optimal and (warm.cost < cost or not out.info["parts_solved"]):
+        status = (f"fallback {WARM} ({name}: no solution in the time limit)" if not out.info["parts_solved"]
+                  else f"{WARM} ({name}: its parts' best was dearer)")
+        return Solution(choice=warm.choice, cost=warm.cost, optimal=False, status=status, solve_time=solve_time,
+                        encode_time=encode_time, info=info, bound=min(out.bound, warm.cost))
+    return Solution(choice=choice, cost=cost, optimal=out.optimal, status="OPTIMAL" if out.optimal else "FEASIBLE",
+                    solve_time=solve_time, encode_time=encode_time, info=info, bound=min(out.bound, cost))
+
+
+def _ilp_part(problem: ExtractionProblem, solver: str, threads: int, tie_break: bool, warm_start: bool):
+    """A per-part solver for :func:`solve_split`: the part's ILP (no cycles to forbid), hinted."""
+    def solve(part: Reduced, hint: set[int], limit: float | None) -> PartResult:
+        backend = _backend(solver)
+        enc = Encoding(backend, problem, part, integral_weights=(solver == "cp-sat"),
+                       tie_break=tie_break and solver == "cp-sat")
+        if warm_start:
+            backend.hint({v: (1.0 if n in hint else 0.0) for n, v in enc.x.items()})
+        status, has, optimal, infeasible, values, bound = backend.solve(limit, threads)
+        if infeasible:
+            raise ExtractionError(f"ilp-acyc/{solver}: a part is infeasible although the greedy extraction is not")
+        chosen = {n for n, v in enc.x.items() if values(v) > 0.5} if has else None
+        return PartResult(chosen, optimal, enc.cost_bound(bound), status)
+    return solve
+
+
 #: the greedy extractor every exact one starts from (its solution is the hint, and the result when
 #: the solver has nothing better in the time limit)
 WARM = "greedy-merge"
@@ -509,7 +559,8 @@ def encode_cycles(enc: Encoding, cycles: Iterable[Sequence[int]]) -> None:
 
 def ilp_acyc(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, time_limit: float | None = None,
              solver: str = "cp-sat", cycles: str = "auto", max_cycles: int | None = DEFAULT_MAX_CYCLES,
-             warm_start: bool = True, threads: int | None = None, tie_break: bool = True) -> Solution:
+             warm_start: bool = True, threads: int | None = None, tie_break: bool = True,
+             decompose: bool = True) -> Solution:
     """He et al.'s ILP-ACyc: acyclic constraints per class cycle instead of order variables.
 
     cycles: "all" (Johnson, at most ``max_cycles``), "basis" (one cycle per
@@ -517,8 +568,16 @@ def ilp_acyc(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, 
     them if Johnson finds no more than ``max_cycles``, else the basis). Unless
     all cycles were enumerated, each solution is checked and a cycle it
     contains is added before solving again. tie_break: as for :func:`ilp_topo`.
+    decompose: when the class graph has no cycle (nothing to forbid), solve the problem's
+    independent parts one by one (components.py); the optimum is the same.
     """
     started, roots, red, warm = prepare(problem, roots)
+    the_split = split(red) if decompose else None
+    if the_split is not None:
+        return solve_split(problem, red, roots, warm, the_split,
+                           _ilp_part(problem, solver, threads or default_threads(), tie_break, warm_start),
+                           time_limit, started, f"ilp-acyc/{solver}", {"cycle_mode": cycles, "cycles_enumerated": 0,
+                                                                       "cycles_complete": True})
     backend = _backend(solver)
     enc = Encoding(backend, problem, red, integral_weights=(solver == "cp-sat"),
                    tie_break=tie_break and solver == "cp-sat")

@@ -23,6 +23,9 @@ forked child process that is killed at the limit. These engines are
 core-guided: they have no feasible solution before the optimum, so on a
 timeout the merge-aware greedy solution is returned, flagged, with the weight
 of the cores relaxed so far as its lower bound.
+An acyclic class graph is solved part by part as in ILP-ACyc (components.py;
+``decompose=True``): per part, RC2 proves in a fraction of a second what it
+could not prove of the whole in a minute on NasNet-A's 20,000-node e-graph.
 Cycles as in ILP-ACyc ("auto": all of them when Johnson's algorithm finds at
 most max_cycles, else a cycle basis; "all", "basis", "lazy"), with lazy cuts
 whenever the encoded set is incomplete.
@@ -36,9 +39,10 @@ import threading
 import time
 from typing import Iterable
 
+from .components import PACK_NODES, PartResult, split
 from .cycles import find_cycle_in_choice
 from .ilp import (DEFAULT_MAX_CYCLES, WARM, Encoding, enumeration_deadline, prepare, choice_from_values,
-                  encode_cycles, enumerate_cycles)
+                  encode_cycles, enumerate_cycles, solve_split)
 from .problem import ExtractionProblem, Solution
 from .validate import ExtractionError, solution_cost, validate_solution
 
@@ -193,11 +197,46 @@ def _fm(formula, time_limit: float | None):
     return _race([(_fm_child, (formula,))], time_limit)
 
 
+def _run_engine(formula, engine: str, time_limit: float | None):
+    """(model or None, timed out, lower bound on the optimum's weight) from ``engine``."""
+    if not formula.soft:  # nothing to optimize; RC2Stratified cannot handle an empty objective
+        return _rc2(formula, "rc2", time_limit)
+    if engine == "fm":
+        return _fm(formula, time_limit)
+    if engine == "portfolio":
+        return _portfolio(formula, time_limit)
+    return _rc2(formula, engine, time_limit)
+
+
+def _maxsat_part(problem: ExtractionProblem, engine: str):
+    """A per-part solver for ``ilp.solve_split``. Parts up to PACK_NODES nodes (packed small
+    parts) run plain RC2 in this process: the portfolio's two forks cost more than they save."""
+    def solve(part, hint, limit) -> PartResult:
+        cnf = _Clauses()
+        enc = Encoding(cnf, problem, part, integral_weights=True)
+        mine = engine if len(enc.x) > PACK_NODES or engine == "fm" else "rc2"
+        model, timed_out, lower = _run_engine(cnf.wcnf(), mine, limit)
+        if model is None:
+            if not timed_out:
+                raise ExtractionError("maxsat: a part's hard clauses are unsatisfiable although the greedy "
+                                      "extraction satisfies them")
+            return PartResult(None, False, enc.cost_bound(lower), "TIME_LIMIT")
+        true = {lit for lit in model if lit > 0}
+        return PartResult({n for n, v in enc.x.items() if v + 1 in true}, True, enc.cost_bound(lower), "OPTIMAL")
+    return solve
+
+
 def maxsat(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, time_limit: float | None = None,
-           engine: str = "auto", cycles: str = "auto", max_cycles: int | None = DEFAULT_MAX_CYCLES) -> Solution:
-    """Acyclic WPMaxSAT extraction; see the module docstring."""
+           engine: str = "auto", cycles: str = "auto", max_cycles: int | None = DEFAULT_MAX_CYCLES,
+           decompose: bool = True) -> Solution:
+    """Acyclic WPMaxSAT extraction; see the module docstring. decompose: as for ``ilp_acyc``."""
     engine = resolve_engine(engine)
     started, roots, red, warm = prepare(problem, roots)
+    the_split = split(red) if decompose else None
+    if the_split is not None:
+        return solve_split(problem, red, roots, warm, the_split, _maxsat_part(problem, engine), time_limit, started,
+                           f"maxsat/{engine}", {"engine": engine, "cycle_mode": cycles, "cycles_enumerated": 0,
+                                                "cycles_complete": True})
     cnf = _Clauses()
     enc = Encoding(cnf, problem, red, integral_weights=True)
     found, complete = enumerate_cycles(problem, red, cycles, max_cycles, enumeration_deadline(started, time_limit))
@@ -214,15 +253,7 @@ def maxsat(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, ti
         if remaining is not None and remaining <= 0:
             break
         t0 = time.perf_counter()
-        formula = cnf.wcnf()
-        if not formula.soft:  # nothing to optimize; RC2Stratified cannot handle an empty objective
-            model, timed_out, bound = _rc2(formula, "rc2", remaining)
-        elif engine == "fm":
-            model, timed_out, bound = _fm(formula, remaining)
-        elif engine == "portfolio":
-            model, timed_out, bound = _portfolio(formula, remaining)
-        else:
-            model, timed_out, bound = _rc2(formula, engine, remaining)
+        model, timed_out, bound = _run_engine(cnf.wcnf(), engine, remaining)
         solve_time += time.perf_counter() - t0
         if bound is not None:  # a round with more cycle cuts is no easier: its bound holds too
             lower = bound if lower is None else max(lower, bound)
