@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from relay_eqsat.extract import get_extractor, greedy_ocf, ilp_acyc, maxsat, validate_solution
-from relay_eqsat.extract.components import (PartResult, Split, needed_classes, pack, solve_parts, split,
-                                            topological_classes)
+from relay_eqsat.extract.components import (PartResult, Split, _shape, isomorphism, needed_classes, pack,
+                                            solve_parts, split, topological_classes)
 from relay_eqsat.extract.presolve import reduce_problem
 
 from test_extract import brute_force_optimum, problem, random_problem  # the exhaustive reference, builders
@@ -134,3 +134,63 @@ def test_empty_split_when_every_needed_class_has_one_node():
     assert sp == Split(fixed=[0, 1, 2], parts=[])
     s = ilp_acyc(p)
     assert s.optimal and s.cost == 6.0 and s.bound == 6.0
+
+
+def twin_blocks(y_cost: float = 2.0):
+    """``two_blocks`` with its second block a copy of the first (y like x), so their parts are isomorphic."""
+    return problem({
+        "r": [(1.0, ["a", "b"])],
+        "a": [(5.0, ["s"]), (1.0, ["m"])],
+        "m": [(1.0, ["s", "x"])],
+        "b": [(5.0, ["t"]), (1.0, ["n"])],
+        "n": [(1.0, ["t", "y"])],
+        "s": [(1.0, ["i"])],
+        "t": [(1.0, ["i"])],
+        "x": [(2.0, ["i"]), (9.0, [])],
+        "y": [(y_cost, ["i"]), (9.0, [])],
+        "i": [(0.0, [])],
+    }, ["r"])
+
+
+def test_an_isomorphic_part_takes_its_twins_result(monkeypatch):
+    import relay_eqsat.extract.components as components
+
+    monkeypatch.setattr(components, "PACK_NODES", 1)  # no packing: these parts are tiny
+    p = twin_blocks()
+    sp = split(reduce_problem(p))
+    a, b = sp.parts
+    sa, sb = _shape(a, p.node_cost), _shape(b, p.node_cost)
+    assert sa[0] == sb[0]
+    g = isomorphism(a, sa, b, sb, p.node_cost)
+    assert g is not None and sorted(g) == sorted(a.nodes) and sorted(g.values()) == sorted(b.nodes)
+    assert all(p.node_cost[m] == p.node_cost[n] for m, n in g.items())
+    assert {p.class_key[int(p.node_class[g[n]])] for n in a.nodes} == {"b", "n", "y"}
+    calls = []
+
+    def counting(part, hint, limit):
+        calls.append(part)
+        return PartResult(set(hint), True, float(p.node_cost[sorted(hint)].sum()), "OPTIMAL")
+
+    warm = set(greedy_ocf(p).choice.values())
+    out = solve_parts(p.node_cost, sp, warm, counting, deadline=None)
+    assert len(calls) == 1 and out.info["parts_reused"] == 1 and out.optimal
+    for name in ("ilp-acyc", "maxsat"):
+        s = get_extractor(name).extract(p)
+        assert s.optimal and s.cost == brute_force_optimum(p) and s.info["parts_reused"] == 1
+        validate_solution(p, s.choice)
+    # a cost that differs breaks the twin: both parts are solved
+    q = twin_blocks(y_cost=2.5)
+    sq = split(reduce_problem(q))
+    qa, qb = sq.parts
+    assert isomorphism(qa, _shape(qa, q.node_cost), qb, _shape(qb, q.node_cost), q.node_cost) is None
+    s = ilp_acyc(q)
+    assert s.optimal and s.cost == brute_force_optimum(q) and s.info["parts_reused"] == 0
+    # a hash collision (every hash 0, as if they all collided): the full check still finds the costs differ
+    collide = [(0, {c: 0 for c in part.classes}, {n: 0 for n in part.nodes}, _shape(part, q.node_cost)[3])
+               for part in (qa, qb)]
+    assert isomorphism(qa, collide[0], qb, collide[1], q.node_cost) is None
+    # ... and with equal costs it maps only what the check accepts
+    ca = [(0, {c: 0 for c in part.classes}, {n: 0 for n in part.nodes}, _shape(part, p.node_cost)[3])
+          for part in (a, b)]
+    g = isomorphism(a, ca[0], b, ca[1], p.node_cost)
+    assert g is None or all(p.node_cost[m] == p.node_cost[n] for m, n in g.items())

@@ -26,7 +26,10 @@ class graph the acyclicity constraints would join parts, so ``split`` declines
 (returns None) and the extractor solves the problem whole.
 :func:`solve_parts` runs a per-part solver under one deadline, keeps for each
 part the cheaper of its result and the warm start's choice there, and adds up
-the parts' lower bounds.
+the parts' lower bounds. A part isomorphic to one already solved (same costs,
+same structure: a recurrent network's cells, repeated NasNet cells, transformer
+layers) takes that part's result through the node map :func:`isomorphism`
+finds and checks, instead of a solver call.
 """
 from __future__ import annotations
 
@@ -181,10 +184,12 @@ def _part(red: Reduced, classes: list[int], needed: set[int]) -> Reduced:
                    class_nodes=class_nodes, child_sets=child_sets)
 
 
-def pack(parts: Iterable[Reduced], max_nodes: int = PACK_NODES) -> list[Reduced]:
-    """Parts with fewer than ``max_nodes`` nodes merged, in order, into parts of at most
-    ``max_nodes`` (still independent inside: a union of independent problems); larger
-    parts unchanged. Returns them smallest first."""
+def pack(parts: Iterable[Reduced], max_nodes: int | None = None) -> list[Reduced]:
+    """Parts with fewer than ``max_nodes`` (default PACK_NODES) nodes merged, in order, into
+    parts of at most ``max_nodes`` (still independent inside: a union of independent
+    problems); larger parts unchanged. Returns them smallest first."""
+    if max_nodes is None:
+        max_nodes = PACK_NODES
     out: list[Reduced] = []
     bin_parts: list[Reduced] = []
     bin_nodes = 0
@@ -228,44 +233,117 @@ def solve_parts(node_cost: np.ndarray, the_split: Split, warm: set[int],
 
     ``warm``: a complete solution's nodes (the warm start, in the reduced problem's
     nodes), whose restriction to a part is feasible there: it is the part's hint and
-    its result when the solver returns nothing or something dearer. Parts run smallest
-    first; each may use the time left times its share of the nodes still to solve.
+    its result when the solver returns nothing or something dearer. A part isomorphic
+    to one solved before (:func:`isomorphism`: the cells of a recurrent network, a
+    transformer's layers) takes that part's result, mapped, instead of a solver call.
+    Parts run smallest first; each may use the time left times its share of the nodes
+    of the parts still to solve (repeats of a solved part do not count).
     """
     chosen = set(the_split.fixed)
     bound = float(node_cost[the_split.fixed].sum()) if the_split.fixed else 0.0
     optimal = True
-    kept_warm = 0
+    kept_warm = reused = 0
     statuses: dict[str, int] = {}
-    sizes = [len(p.nodes) for p in the_split.parts]
-    left = sum(sizes)
-    for part, size in zip(the_split.parts, sizes):
-        nodes = set(part.nodes)
-        hint = warm & nodes
-        limit = None
-        if deadline is not None:
-            limit = max(deadline - time.perf_counter(), 0.0) * size / max(left, 1)
-        left -= size
+    parts = the_split.parts
+    sizes = [len(p.nodes) for p in parts]
+    shapes = [_shape(p, node_cost) if p.roots else None for p in parts]
+    first = {}
+    for i, sh in enumerate(shapes):
+        if sh is not None:
+            first.setdefault(sh[0], i)
+    repeat = [sh is not None and first[sh[0]] != i for i, sh in enumerate(shapes)]
+    left = sum(size for size, r in zip(sizes, repeat) if not r)
+    solved: dict[tuple, list[tuple[Reduced, tuple, PartResult]]] = {}
+    for i, (part, size) in enumerate(zip(parts, sizes)):
+        if not repeat[i]:
+            left -= size
         if not part.roots:  # nothing it must take, and costs are not negative: take nothing
             statuses["empty"] = statuses.get("empty", 0) + 1
             continue
-        if limit is not None and limit <= 0:
-            res = PartResult(None, False, None, "TIME_LIMIT")  # no time left: the warm start's choice
-        else:
-            res = solve_part(part, hint, limit)
-        statuses[res.status] = statuses.get(res.status, 0) + 1
+        nodes = set(part.nodes)
+        hint = warm & nodes
+        res = None
+        for twin, twin_shape, twin_res in solved.get(shapes[i][0], ()):
+            mapping = isomorphism(twin, twin_shape, part, shapes[i], node_cost)
+            if mapping is not None:
+                res = PartResult({mapping[n] for n in twin_res.chosen}, twin_res.optimal, twin_res.bound,
+                                 "reused")
+                reused += 1
+                break
+        if res is None:
+            limit = None
+            if deadline is not None:
+                share = size / max(left + size, 1)
+                limit = max(deadline - time.perf_counter(), 0.0) * share
+            if limit is not None and limit <= 0:
+                res = PartResult(None, False, None, "TIME_LIMIT")  # no time left: the warm start's choice
+            else:
+                res = solve_part(part, hint, limit)
+            statuses[res.status] = statuses.get(res.status, 0) + 1
         found = None if res.chosen is None else res.chosen & nodes
         if found is not None and (res.optimal or _cost(node_cost, found) <= _cost(node_cost, hint)):
             chosen |= found
             optimal = optimal and res.optimal
+            if res.status != "reused":
+                solved.setdefault(shapes[i][0], []).append((part, shapes[i], PartResult(found, res.optimal,
+                                                                                        res.bound, res.status)))
         else:  # nothing, or something dearer than the warm start's choice here
             chosen |= hint
             kept_warm += 1
             optimal = False
         bound += max(res.bound, 0.0) if res.bound is not None else 0.0
-    info = {"parts": len(the_split.parts), "fixed_nodes": len(the_split.fixed),
-            "largest_part": max(sizes, default=0), "parts_kept_warm": kept_warm,
-            "parts_solved": len(the_split.parts) - statuses.get("empty", 0) - kept_warm, "part_statuses": statuses}
+    info = {"parts": len(parts), "fixed_nodes": len(the_split.fixed),
+            "largest_part": max(sizes, default=0), "parts_kept_warm": kept_warm, "parts_reused": reused,
+            "parts_solved": len(parts) - statuses.get("empty", 0) - kept_warm, "part_statuses": statuses}
     return PartsOutcome(chosen=chosen, optimal=optimal, bound=bound, info=info)
+
+
+def _shape(part: Reduced, node_cost: np.ndarray) -> tuple:
+    """What :func:`isomorphism` compares: ``(key, class hashes, node hashes, class ranks)``.
+    Hashes are bottom-up over the part's acyclic class graph (a node: its cost and its
+    child classes' hashes; a class: whether it is a root and its nodes' hashes); ``key``,
+    equal for isomorphic parts, is their multiset; ranks are topological positions."""
+    order = topological_classes(part)
+    class_hash: dict[int, int] = {}
+    node_hash: dict[int, int] = {}
+    roots = set(part.roots)
+    for c in order:
+        for n in part.class_nodes[c]:
+            node_hash[n] = hash((float(node_cost[n]), tuple(sorted(class_hash[d] for d in part.child_sets[n]))))
+        class_hash[c] = hash((c in roots, tuple(sorted(node_hash[n] for n in part.class_nodes[c]))))
+    key = (len(node_hash), tuple(sorted(class_hash.values())))
+    return key, class_hash, node_hash, {c: i for i, c in enumerate(order)}
+
+
+def isomorphism(a: Reduced, shape_a: tuple, b: Reduced, shape_b: tuple,
+                node_cost: np.ndarray) -> dict[int, int] | None:
+    """A map of ``a``'s nodes onto ``b``'s that preserves costs, classes, child classes and
+    roots (so it maps ``a``'s solutions, optimal ones included, onto ``b``'s), or None.
+
+    Classes are paired by hash, ties by topological rank, and nodes within paired classes
+    by hash, ties by index; the pairing is then checked in full, so a hash collision or
+    an ambiguous pairing gives None (the part is solved instead), never a wrong map."""
+    _, ca, na, ra = shape_a
+    _, cb, nb, rb = shape_b
+    if len(a.classes) != len(b.classes):
+        return None
+    classes_a = sorted(a.classes, key=lambda c: (ca[c], ra[c]))
+    classes_b = sorted(b.classes, key=lambda c: (cb[c], rb[c]))
+    f: dict[int, int] = {}
+    g: dict[int, int] = {}
+    for x, y in zip(classes_a, classes_b):
+        if ca[x] != cb[y] or len(a.class_nodes[x]) != len(b.class_nodes[y]):
+            return None
+        f[x] = y
+        for m, n in zip(sorted(a.class_nodes[x], key=lambda n: (na[n], n)),
+                        sorted(b.class_nodes[y], key=lambda n: (nb[n], n))):
+            g[m] = n
+    if {f[r] for r in a.roots} != set(b.roots) or len(set(a.roots)) != len(set(b.roots)):
+        return None
+    for m, n in g.items():
+        if node_cost[m] != node_cost[n] or {f[d] for d in a.child_sets[m]} != set(b.child_sets[n]):
+            return None
+    return g
 
 
 def _cost(node_cost: np.ndarray, nodes: set[int]) -> float:

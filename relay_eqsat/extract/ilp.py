@@ -402,7 +402,7 @@ def solve_split(problem: ExtractionProblem, red: Reduced, roots: list[int], warm
     out = solve_parts(problem.node_cost, parts, warm_nodes(problem, red, warm), solve_part, deadline)
     solve_time = time.perf_counter() - t0
     info = dict(extra_info, **out.info)  # its counts are of the packed parts (solver calls): name them so
-    info.update(solver_calls=out.info["parts"], parts=len(the_split.parts),
+    info.update(packed_parts=out.info["parts"], parts=len(the_split.parts),
                 largest_part=max((len(p.nodes) for p in the_split.parts), default=0))
     choice = choice_from_values(problem, red, out.chosen)
     validate_solution(problem, choice, roots)
