@@ -11,10 +11,10 @@ from relay_eqsat.extract.presolve import reduce_problem
 from test_extract import brute_force_optimum, problem, random_problem  # the exhaustive reference, builders
 
 
-def two_blocks():
+def two_blocks(y_nodes=((4.0, ["i"]),)):
     """Two independent choices under one root: r needs a and b; a is computed directly or through m
-    (which also needs x), b directly or through n (which needs x too); x is needed either way only
-    for the second alternative."""
+    (which also needs x), b directly or through n (which needs y); x and y are needed only by the
+    second alternatives. ``y_nodes``: y's nodes (by default unlike x's)."""
     return problem({
         "r": [(1.0, ["a", "b"])],
         "a": [(5.0, ["s"]), (1.0, ["m"])],
@@ -24,7 +24,7 @@ def two_blocks():
         "s": [(1.0, ["i"])],
         "t": [(1.0, ["i"])],
         "x": [(2.0, ["i"]), (9.0, [])],
-        "y": [(4.0, ["i"])],
+        "y": list(y_nodes),
         "i": [(0.0, [])],
     }, ["r"])
 
@@ -138,18 +138,7 @@ def test_empty_split_when_every_needed_class_has_one_node():
 
 def twin_blocks(y_cost: float = 2.0):
     """``two_blocks`` with its second block a copy of the first (y like x), so their parts are isomorphic."""
-    return problem({
-        "r": [(1.0, ["a", "b"])],
-        "a": [(5.0, ["s"]), (1.0, ["m"])],
-        "m": [(1.0, ["s", "x"])],
-        "b": [(5.0, ["t"]), (1.0, ["n"])],
-        "n": [(1.0, ["t", "y"])],
-        "s": [(1.0, ["i"])],
-        "t": [(1.0, ["i"])],
-        "x": [(2.0, ["i"]), (9.0, [])],
-        "y": [(y_cost, ["i"]), (9.0, [])],
-        "i": [(0.0, [])],
-    }, ["r"])
+    return two_blocks(y_nodes=((y_cost, ["i"]), (9.0, [])))
 
 
 def test_an_isomorphic_part_takes_its_twins_result(monkeypatch):
