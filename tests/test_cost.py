@@ -779,3 +779,78 @@ def test_sweep_draws_distinct_canonical_kernels_under_the_cap_deterministically(
     with pytest.raises(ValueError):
         sweep_instances(-1)
     assert abs(sum(KINDS.values()) - 1) < 1e-9
+
+
+# -- the nearest shipped model for a CPU nobody measured ------------------------------------
+X86 = "llvm -mtriple=x86_64-linux-gnu -mcpu="
+
+
+def test_nearest_cpu_same_lanes_then_same_vendor():
+    from relay_eqsat.cost import nearest
+
+    shipped = [X86 + "znver4", X86 + "sapphirerapids", X86 + "znver3"]
+    # an SPR-class VM that LLVM calls rocketlake: Intel, 16 lanes
+    assert nearest.rank(X86 + "rocketlake", shipped) == [X86 + "sapphirerapids", X86 + "znver4"]
+    assert nearest.rank(X86 + "znver5", shipped) == [X86 + "znver4", X86 + "sapphirerapids"]
+    assert nearest.rank(X86 + "alderlake", shipped) == [X86 + "znver3"]  # AVX2: 8 lanes
+    assert nearest.rank(X86 + "x86-64", shipped) == []  # 4 lanes: nothing alike, the default
+    assert nearest.rank(X86 + "rocketlake -mattr=-avx512f", shipped) == [X86 + "znver3"]
+    # generic names say nothing of the vendor: the host's decides, else the given order
+    assert nearest.rank(X86 + "skylake-avx512", shipped, host="amd")[0] == X86 + "znver4"
+    assert nearest.rank(X86 + "skylake-avx512", shipped, host="intel")[0] == X86 + "sapphirerapids"
+    assert nearest.rank(X86 + "x86-64-v4", shipped)[0] == X86 + "znver4"
+    assert nearest.rank("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-v1", shipped) == []
+    assert nearest.rank("cuda", shipped) == []
+    assert nearest.vendor(X86 + "znver3") == "amd" and nearest.vendor(X86 + "icelake-server") == "intel"
+
+
+def _fake_model(path, target):
+    meta = dict(target=target, backend="tvm-llvm", shipped=True)
+    path.write_text(json.dumps({"learner": {"attributes": {"relay_eqsat": json.dumps(meta)}}}))
+    return path
+
+
+def test_find_model_borrows_the_nearest_shipped_cpu(tmp_path, monkeypatch):
+    """A CPU with no model of its own gets the shipped model of the nearest CPU (same lanes,
+    same vendor first), before the backend's default; a CPU with its own gets its own;
+    ``RELAY_EQSAT_IGNORE_SHIPPED`` leaves only the default."""
+    from relay_eqsat.cost import learned as learned_mod, nearest
+    from relay_eqsat.cost.cache import normalize_target
+    from relay_eqsat.cost.learned import find_model, model_filename
+
+    monkeypatch.setattr(learned_mod, "SHIPPED_DIR", tmp_path)
+    monkeypatch.setenv("RELAY_EQSAT_MODEL_DIR", str(tmp_path / "user"))
+    monkeypatch.delenv("RELAY_EQSAT_IGNORE_SHIPPED", raising=False)
+    monkeypatch.setattr(nearest, "host_vendor", lambda: "intel")
+    default = _fake_model(tmp_path / "default-tvm-llvm.json", normalize_target(X86 + "znver4"))
+    spr = _fake_model(tmp_path / model_filename(X86 + "sapphirerapids", "tvm-llvm"),
+                      normalize_target(X86 + "sapphirerapids"))
+    zen3 = _fake_model(tmp_path / model_filename(X86 + "znver3", "tvm-llvm"), normalize_target(X86 + "znver3"))
+    assert find_model(X86 + "rocketlake", "tvm-llvm") == spr
+    assert find_model(X86 + "znver5", "tvm-llvm") == default
+    assert find_model(X86 + "znver4", "tvm-llvm") == default  # the default is znver4's own
+    assert find_model(X86 + "alderlake", "tvm-llvm") == zen3
+    assert find_model(X86 + "skylake-avx512", "tvm-llvm") == spr  # generic name, Intel host
+    assert find_model("llvm -mtriple=aarch64-linux-gnu", "tvm-llvm") == default
+    assert list(learned_mod._model_files(X86 + "rocketlake", "tvm-llvm")) == [spr, default]
+    monkeypatch.setenv("RELAY_EQSAT_IGNORE_SHIPPED", "1")
+    assert find_model(X86 + "rocketlake", "tvm-llvm") == default
+    (tmp_path / "user").mkdir()
+    own = _fake_model(tmp_path / "user" / model_filename(X86 + "rocketlake", "tvm-llvm"),
+                      normalize_target(X86 + "rocketlake"))
+    assert find_model(X86 + "rocketlake", "tvm-llvm") == own  # trained here: first, always
+
+
+def test_shipped_models_serve_their_own_cpu_and_the_nearest():
+    """The real shipped files: each model's CPU gets that model; a Sapphire-Rapids-class CPU
+    under another Intel AVX-512 name gets Sapphire Rapids', a Zen 5 the znver4 default."""
+    from relay_eqsat.cost.learned import SHIPPED_DIR, find_model, shipped_model_targets
+
+    targets = shipped_model_targets(SHIPPED_DIR, "tvm-llvm")
+    assert len(targets) >= 3
+    for target, path in targets.items():
+        assert find_model(target, "tvm-llvm") == path
+    spr = next(p for t, p in targets.items() if "sapphirerapids" in t)
+    assert find_model(X86 + "rocketlake", "tvm-llvm") == spr
+    assert find_model(X86 + "graniterapids", "tvm-llvm") == spr
+    assert find_model(X86 + "znver5", "tvm-llvm") == SHIPPED_DIR / "default-tvm-llvm.json"

@@ -31,6 +31,7 @@ closer exists).
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -47,6 +48,7 @@ import numpy as np
 from .. import ops
 from ..graph import Attrs, TensorType, TupleType, Type
 from .analytic import AnalyticModel, op_flops_bytes
+from . import nearest
 from .cache import CostCache, cache_dir, ignore_shipped, normalize_target, target_slug
 from .instance import GROUP_OP, OpInstance
 from .measure import target_backends
@@ -501,18 +503,48 @@ def default_model_path(backend: str) -> Path:
 
 
 def _model_files(target: str, backend: str | None) -> Iterable[Path]:
-    """Existing model files for (target, backend), best first: trained here, shipped for this
-    target, then the shipped default of the backend."""
+    """Existing model files for (target, backend), best first, each once: trained here, shipped
+    for this target, shipped for the nearest other CPU (:mod:`relay_eqsat.cost.nearest`: same
+    SIMD lanes, same vendor first), then the shipped default of the backend."""
     backends = [backend] if backend else list(target_backends(target))
-    for b in backends:
-        for d in (model_dir(),) if ignore_shipped() else (model_dir(), SHIPPED_DIR):
-            p = d / model_filename(target, b)
-            if p.is_file():
-                yield p
-    for b in backends:
-        p = default_model_path(b)
-        if p.is_file():
+    seen: set[Path] = set()
+
+    def candidates():
+        for b in backends:
+            for d in (model_dir(),) if ignore_shipped() else (model_dir(), SHIPPED_DIR):
+                yield d / model_filename(target, b)
+        for b in () if ignore_shipped() else backends:
+            others = shipped_model_targets(SHIPPED_DIR, b)
+            own = others.get(normalize_target(target))
+            if own is not None:  # the backend's default, trained on this very target
+                yield own
+            for t in nearest.rank(target, list(others), host=nearest.host_vendor()):
+                yield others[t]
+        for b in backends:
+            yield default_model_path(b)
+    for p in candidates():
+        if p not in seen and p.is_file():
+            seen.add(p)
             yield p
+
+
+@functools.lru_cache(maxsize=None)
+def shipped_model_targets(directory: Path, backend: str) -> dict[str, Path]:
+    """The targets the models shipped in ``directory`` for ``backend`` were trained on -> their
+    files, the backend's default first (read from each model's metadata, once)."""
+    files = [default_model_path(backend)] if directory == SHIPPED_DIR else []
+    files = [p for p in files if p.is_file()] + sorted(directory.glob(f"{backend}__*.json"))
+    out: dict[str, Path] = {}
+    for p in files:
+        try:
+            raw = (json.loads(p.read_text()).get("learner", {}).get("attributes") or {}).get("relay_eqsat")
+            meta = json.loads(raw) if raw else {}
+        except (OSError, ValueError) as e:
+            log.warning("relay-eqsat cost model: %s unreadable (%s)", p, e)
+            continue
+        if meta.get("backend", backend) == backend and meta.get("target"):
+            out.setdefault(normalize_target(meta["target"]), p)
+    return out
 
 
 def find_model(target: str, backend: str | None) -> Path | None:
