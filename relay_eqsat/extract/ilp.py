@@ -31,7 +31,8 @@ kept whole, as TENSAT formulates it: the baseline.
 
 Solvers: OR-Tools CP-SAT (default; the objective uses integer weights from
 presolve.integer_weights, tie-broken by presolve.tie_break_weights so that its
-parallel workers agree on one program among equal-cost optima) or SCIP through
+parallel workers agree on one program among equal-cost optima: the merge-aware
+greedy's choice when it is optimal) or SCIP through
 pywraplp (real costs). The merge-aware greedy solution (merge_greedy.py, never
 dearer than OCF greedy) is given as a hint. Under a time limit the best feasible
 solution is returned with optimal=False; if the solver found none, or none
@@ -42,7 +43,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Iterable, Sequence
+from typing import Collection, Iterable, Sequence
 
 import numpy as np
 
@@ -275,7 +276,8 @@ class Encoding:
     """Variables and constraints shared by ILP-Topo, ILP-ACyc (and reused by MaxSAT's clause view)."""
 
     def __init__(self, backend, problem: ExtractionProblem, red: Reduced, integral_weights: bool,
-                 tie_break: bool = False) -> None:
+                 tie_break: bool = False, preferred: Collection[int] = ()) -> None:
+        """``preferred``: nodes the tie-break favours (the warm start's choice; presolve.tie_break_weights)."""
         self.backend = backend
         self.problem = problem
         self.red = red
@@ -298,7 +300,7 @@ class Encoding:
             self.rounding = rounding_slack(weights, costs, self.scale, problem.node_class[nodes])
             if tie_break:
                 weights, self.parts, self.tie_slack = tie_break_weights(weights, nodes, problem.node_class,
-                                                                        exact=self.scale == 1.0)
+                                                                        exact=self.scale == 1.0, preferred=preferred)
                 self.scale *= self.parts
         else:
             weights, self.scale = problem.node_cost[nodes], 1.0
@@ -421,7 +423,7 @@ def _ilp_part(problem: ExtractionProblem, solver: str, threads: int, tie_break: 
     def solve(part: Reduced, hint: set[int], limit: float | None) -> PartResult:
         backend = _backend(solver)
         enc = Encoding(backend, problem, part, integral_weights=(solver == "cp-sat"),
-                       tie_break=tie_break and solver == "cp-sat")
+                       tie_break=tie_break and solver == "cp-sat", preferred=hint)
         if warm_start:
             backend.hint({v: (1.0 if n in hint else 0.0) for n, v in enc.x.items()})
         status, has, optimal, infeasible, values, bound = backend.solve(limit, threads)
@@ -487,7 +489,7 @@ def ilp_topo(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, 
     started, roots, red, warm = prepare(problem, roots)
     backend = _backend(solver)
     enc = Encoding(backend, problem, red, integral_weights=(solver == "cp-sat"),
-                   tie_break=tie_break and solver == "cp-sat")
+                   tie_break=tie_break and solver == "cp-sat", preferred=warm_nodes(problem, red, warm))
     if order_scope == "all":
         component = {c: 0 for c in red.classes}
     else:
@@ -580,7 +582,7 @@ def ilp_acyc(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, 
                                                                        "cycles_complete": True})
     backend = _backend(solver)
     enc = Encoding(backend, problem, red, integral_weights=(solver == "cp-sat"),
-                   tie_break=tie_break and solver == "cp-sat")
+                   tie_break=tie_break and solver == "cp-sat", preferred=warm_nodes(problem, red, warm))
     found, complete = enumerate_cycles(problem, red, cycles, max_cycles, enumeration_deadline(started, time_limit))
     encode_cycles(enc, found)
     if warm_start:
