@@ -9,7 +9,8 @@
 
 Modules: ``base`` (CostModel, fusion rule, graph cost), ``analytic`` (roofline),
 ``cache`` (sqlite), ``measure`` (the Measurer: kernels timed in a worker process),
-``learned`` (XGBoost), ``instance`` (op instances and cache keys), ``calibrate``,
+``learned`` (XGBoost), ``nearest`` (which shipped CPU's model serves a CPU with none),
+``instance`` (op instances and cache keys), ``calibrate``,
 ``validate`` (leave-one-model-out whole-graph error).
 Nothing here imports TVM or ``relay_eqsat.passes``: the worker process
 (``relay_eqsat.passes.measure_worker``) builds and times the kernels, and the
