@@ -35,16 +35,57 @@ def _as_module(mod) -> tvm.IRModule:
     return mod
 
 
+@dataclass
+class BuildReuse:
+    """The builds kept inside one :func:`reuse_builds` block: (module, factory) per key, and
+    how many builds it saved."""
+
+    kept: dict = field(default_factory=dict)
+    hits: int = 0
+
+
+_REUSE: list[BuildReuse] = []  # the active reuse_builds blocks, innermost last
+
+
+@contextlib.contextmanager
+def reuse_builds():
+    """Within this block :func:`build` compiles a module (no ``params``, no ``sequence``) only
+    once per target and opt level: a structurally equal module built before in the block gets
+    the same factory. ``relay-eqsat optimize`` wraps the pass and its own before/after builds
+    in one, so the programs the pass's runtime check built are not built again. The factories
+    are dropped when the block ends (nothing is kept across a user's pipeline)."""
+    reuse = BuildReuse()
+    _REUSE.append(reuse)
+    try:
+        yield reuse
+    finally:
+        _REUSE.remove(reuse)
+        reuse.kept.clear()
+
+
 def build(mod, params: Mapping | None = None, target: str | None = None, opt_level: int = 3,
           sequence: Sequence = ()):
     """Compile a Relay module (or function) with ``relay.build`` for ``target``
     (default: :func:`host_target`), running the passes ``sequence`` first inside the same
-    PassContext. Returns the graph executor factory."""
+    PassContext. Returns the graph executor factory (inside :func:`reuse_builds`, the one
+    built before for an equal module, target and opt level)."""
+    target = target or host_target()
+    reuse = _REUSE[-1] if _REUSE and params is None and not sequence else None
+    if reuse is not None:
+        module = _as_module(mod)
+        key = (tvm.ir.structural_hash(module), str(target), opt_level)
+        for kept, lib in reuse.kept.get(key, ()):
+            if tvm.ir.structural_equal(kept, module):
+                reuse.hits += 1
+                return lib
     with tvm.transform.PassContext(opt_level=opt_level):
-        mod = _as_module(mod)
+        built = _as_module(mod)
         if sequence:
-            mod = tvm.transform.Sequential(list(sequence))(mod)
-        return relay.build(mod, target=target or host_target(), params=params)
+            built = tvm.transform.Sequential(list(sequence))(built)
+        lib = relay.build(built, target=target, params=params)
+    if reuse is not None:
+        reuse.kept.setdefault(key, []).append((module, lib))
+    return lib
 
 
 def executor(lib, dev=None) -> graph_executor.GraphModule:

@@ -108,3 +108,39 @@ def test_optimize_bad_arguments(capsys):
 def test_tvmc_passthrough(capsys):
     assert main(["tvmc", "--version"]) == 0
     assert tvm.__version__ in capsys.readouterr().out
+
+
+def test_reuse_builds_builds_an_equal_module_once():
+    from tvm import relay
+
+    from relay_eqsat.passes.runtime import reuse_builds
+
+    def func(scale):
+        x = relay.var("x", shape=(2, 3))
+        return relay.Function([x], relay.multiply(x, relay.const(scale)))
+
+    with reuse_builds() as reuse:
+        a = build(func(2.0))
+        assert build(func(2.0)) is a and reuse.hits == 1  # an equal module: the same factory
+        assert build(func(3.0)) is not a and reuse.hits == 1  # another constant: built
+        assert build(func(2.0), opt_level=2) is not a  # another opt level: built
+        inputs = {"x": np.ones((2, 3), np.float32)}
+        assert np.array_equal(run(a, inputs)[0], 2 * inputs["x"])
+    assert not reuse.kept  # dropped when the block ends
+    assert build(func(2.0)) is not a  # outside a block nothing is kept
+
+
+def test_optimize_reuses_the_programs_the_runtime_check_built(tmp_path, capsys):
+    """The pass's runtime check builds the input and the candidate; the command measures the
+    same programs without building them again."""
+    model = onnx_model(tmp_path / "par.onnx")
+    out_json = tmp_path / "r.json"
+    status = main(["optimize", str(model), "--final-extractor", "greedy-ocf", "--repeat", "2", "--number", "1",
+                   "--check-runtime=on", "--calibrate=off", "--min-gain=0", "-o", str(out_json)])
+    text = capsys.readouterr().out
+    assert status == 0, text
+    result = json.loads(out_json.read_text())
+    m, rep = result["measured"], result["report"]
+    assert "runtime_before" in rep or "runtime_untimed" in rep  # the runtime check built both
+    assert m["builds_reused"] == (2 if rep["changed"] else 1) and m["equal"]
+    assert "reused from the pass's runtime check" in text

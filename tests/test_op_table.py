@@ -163,6 +163,11 @@ def shipped_only(tmp_path, monkeypatch):
     for var in ("RELAY_EQSAT_IGNORE_SHIPPED", "RELAY_EQSAT_TARGET", "RELAY_EQSAT_PEAK_GFLOPS",
                 "RELAY_EQSAT_BANDWIDTH_GBS", "RELAY_EQSAT_LAUNCH_US"):
         monkeypatch.delenv(var, raising=False)
+    # a generic -mcpu (skylake-avx512) borrows the nearest shipped model by the host's vendor: pin "none"
+    # (the default first), so the golden numbers do not depend on the CPU the tests run on
+    from relay_eqsat.cost import nearest
+
+    monkeypatch.setattr(nearest, "host_vendor", lambda: None)
 
 
 @functools.lru_cache(maxsize=None)

@@ -42,7 +42,8 @@ def test_01_quickstart():
     assert _float(r"measured runtime: (\S+) ms", text) > 0
 
 
-def test_02_tvmc():
+def test_02_tvmc(no_host_data):
+    # the default (znver4) model finds the merge; a CPU's own data, or the nearest CPU's, may rightly not
     text = run_tutorial("02_tvmc.py", "--small")
     assert "eqsat report: changed=True" in text and "'conv-merge'" in text
     assert "conv2d ops: 2 -> 1" in text

@@ -130,7 +130,8 @@ def report_of(path):
 
 # -- tests ------------------------------------------------------------------------------------
 
-def test_flags_parallel_conv(tmp_path, capsys):
+def test_flags_parallel_conv(tmp_path, capsys, no_host_data):
+    # the default (znver4) model finds the merge; a CPU's own data, or the nearest CPU's, may rightly not
     model, shapes = parallel_conv_model(tmp_path)
     ref = compile_reference(model, tmp_path)
     out, rep = tmp_path / "opt.tar", tmp_path / "report.json"
