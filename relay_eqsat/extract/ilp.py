@@ -31,8 +31,7 @@ kept whole, as TENSAT formulates it: the baseline.
 
 Solvers: OR-Tools CP-SAT (default; the objective uses integer weights from
 presolve.integer_weights, tie-broken by presolve.tie_break_weights so that its
-parallel workers agree on one program among equal-cost optima: the merge-aware
-greedy's choice when it is optimal) or SCIP through
+parallel workers agree on one program among equal-cost optima) or SCIP through
 pywraplp (real costs). The merge-aware greedy solution (merge_greedy.py, never
 dearer than OCF greedy) is given as a hint. Under a time limit the best feasible
 solution is returned with optimal=False; if the solver found none, or none
@@ -43,7 +42,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Collection, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -276,8 +275,7 @@ class Encoding:
     """Variables and constraints shared by ILP-Topo, ILP-ACyc (and reused by MaxSAT's clause view)."""
 
     def __init__(self, backend, problem: ExtractionProblem, red: Reduced, integral_weights: bool,
-                 tie_break: bool = False, preferred: Collection[int] = ()) -> None:
-        """``preferred``: nodes the tie-break favours (the warm start's choice; presolve.tie_break_weights)."""
+                 tie_break: bool = False) -> None:
         self.backend = backend
         self.problem = problem
         self.red = red
@@ -300,7 +298,7 @@ class Encoding:
             self.rounding = rounding_slack(weights, costs, self.scale, problem.node_class[nodes])
             if tie_break:
                 weights, self.parts, self.tie_slack = tie_break_weights(weights, nodes, problem.node_class,
-                                                                        exact=self.scale == 1.0, preferred=preferred)
+                                                                        exact=self.scale == 1.0)
                 self.scale *= self.parts
         else:
             weights, self.scale = problem.node_cost[nodes], 1.0
@@ -423,7 +421,7 @@ def _ilp_part(problem: ExtractionProblem, solver: str, threads: int, tie_break: 
     def solve(part: Reduced, hint: set[int], limit: float | None) -> PartResult:
         backend = _backend(solver)
         enc = Encoding(backend, problem, part, integral_weights=(solver == "cp-sat"),
-                       tie_break=tie_break and solver == "cp-sat", preferred=hint)
+                       tie_break=tie_break and solver == "cp-sat")
         if warm_start:
             backend.hint({v: (1.0 if n in hint else 0.0) for n, v in enc.x.items()})
         status, has, optimal, infeasible, values, bound = backend.solve(limit, threads)
@@ -489,7 +487,7 @@ def ilp_topo(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, 
     started, roots, red, warm = prepare(problem, roots)
     backend = _backend(solver)
     enc = Encoding(backend, problem, red, integral_weights=(solver == "cp-sat"),
-                   tie_break=tie_break and solver == "cp-sat", preferred=warm_nodes(problem, red, warm))
+                   tie_break=tie_break and solver == "cp-sat")
     if order_scope == "all":
         component = {c: 0 for c in red.classes}
     else:
@@ -582,7 +580,7 @@ def ilp_acyc(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, 
                                                                        "cycles_complete": True})
     backend = _backend(solver)
     enc = Encoding(backend, problem, red, integral_weights=(solver == "cp-sat"),
-                   tie_break=tie_break and solver == "cp-sat", preferred=warm_nodes(problem, red, warm))
+                   tie_break=tie_break and solver == "cp-sat")
     found, complete = enumerate_cycles(problem, red, cycles, max_cycles, enumeration_deadline(started, time_limit))
     encode_cycles(enc, found)
     if warm_start:

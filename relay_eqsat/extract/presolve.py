@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Collection, Iterable
+from typing import Iterable
 
 import numpy as np
 
@@ -193,7 +193,7 @@ def _node_hash(nodes: np.ndarray) -> np.ndarray:
 
 
 def tie_break_weights(weights: np.ndarray, nodes, node_class: np.ndarray,
-                      exact: bool, preferred: Collection[int] = ()) -> tuple[np.ndarray, int, int]:
+                      exact: bool) -> tuple[np.ndarray, int, int]:
     """Integer weights without ties, so that a multi-worker solver's optimum is one program.
 
     Equal-cost alternatives are common in e-graphs (a commuted add, two orders of
@@ -202,11 +202,6 @@ def tie_break_weights(weights: np.ndarray, nodes, node_class: np.ndarray,
     Each weight becomes ``w * K + r_n`` with ``r_n`` a fixed pseudo-random value
     in ``[0, R)`` per node, so among the optima of ``w`` the solver must find the
     one of least ``sum r``, which is unique unless two ``r`` sums collide.
-    ``preferred`` nodes (the warm start's choice) get ``r = 0``: when that choice
-    is optimal it is the one tie-broken optimum, and proving it costs what
-    proving the plain optimum does (with random values on every node, NasRNN's
-    calibrated e-graph took 7 s instead of 0.4 s: the solver had to search the
-    optimal face for the least sum).
 
     ``exact`` (the weights are the real integral costs): ``R`` is kept below
     ``K / classes``, so the tie-broken optimum is an optimum of ``w``. Otherwise
@@ -226,8 +221,6 @@ def tie_break_weights(weights: np.ndarray, nodes, node_class: np.ndarray,
     if span <= 1:
         return weights, 1, 0
     r = (_node_hash(nodes) % np.uint64(span)).astype(np.int64)
-    if len(preferred):
-        r[np.isin(nodes, np.fromiter(preferred, dtype=np.int64))] = 0
     per_class = np.zeros(int(classes.max()) + 1, dtype=np.int64)
     np.maximum.at(per_class, classes, r)
     return weights * parts + r, parts, int(per_class.sum())
