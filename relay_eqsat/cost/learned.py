@@ -27,7 +27,8 @@ Where models live: ``$RELAY_EQSAT_MODEL_DIR`` or ``<user cache
 dir>/relay-eqsat/models/<backend>__<target>.json`` for models trained here, and
 ``relay_eqsat/cost/data/`` for the ones shipped with the package
 (``default-<backend>.json`` serves any target of its backend when nothing
-closer exists).
+closer exists: no model of this CPU, none of a shipped CPU with the same SIMD
+lanes, ``nearest``).
 """
 from __future__ import annotations
 
@@ -548,8 +549,8 @@ def shipped_model_targets(directory: Path, backend: str) -> dict[str, Path]:
 
 
 def find_model(target: str, backend: str | None) -> Path | None:
-    """The best model file for (target, backend): trained here, shipped for this target,
-    then the shipped default of the backend."""
+    """The best model file for (target, backend), in :func:`_model_files`' order: trained here,
+    shipped for this target, shipped for the nearest other CPU, then the backend's default."""
     return next(iter(_model_files(target, backend)), None)
 
 
