@@ -51,13 +51,11 @@ def host_vendor() -> str | None:
     """This machine's x86 vendor from ``/proc/cpuinfo`` (None elsewhere)."""
     try:
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("vendor_id"):
-                    v = line.split(":", 1)[1].strip()
-                    return {"AuthenticAMD": "amd", "GenuineIntel": "intel"}.get(v)
-    except OSError:
-        pass
-    return None
+            lines = [line for line in f if line.startswith("vendor_id")]
+    except OSError:  # not Linux: no vendor known
+        return None
+    vendor_id = lines[0].split(":", 1)[1].strip() if lines else ""
+    return {"AuthenticAMD": "amd", "GenuineIntel": "intel"}.get(vendor_id)
 
 
 def rank(target: str, candidates: list[str], host: str | None = None) -> list[str]:
