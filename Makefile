@@ -11,7 +11,7 @@ DEMO_MODEL ?= zoo:nasrnn
 PYTEST_ARGS ?=
 # bench scripts run by `make bench`, in order; BENCH_ARGS go to each (e.g. "--small --models squeezenet,bert").
 # NasNet-A runs at its small size by default: TVM takes over 12 minutes to build the full model on 2 cores.
-BENCH_SCRIPTS := egraph_throughput extraction cost_accuracy foreign_models mcts_vs_tensat end_to_end real_models
+BENCH_SCRIPTS := egraph_throughput extraction cost_accuracy foreign_models simplify_copies mcts_vs_tensat end_to_end real_models
 BENCH_ARGS ?= --small-models nasnet_a
 
 .PHONY: demo test bench venv ext clean

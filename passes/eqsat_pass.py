@@ -38,6 +38,7 @@ from relay_eqsat.user_warnings import warn
 
 from .relay import UnsupportedProgram, from_relay, main_function, to_relay
 from .runtime import build_and_run, output_error, paired_ratio, random_inputs, time_rounds, timer
+from .simplify_copies import copied_ops
 from .target import host_target, runs_here
 from .verdicts import Verdicts, program_record
 
@@ -255,6 +256,25 @@ def judge(opts: Mapping[str, Any], cost_model) -> Judgement:
 
 
 # -- the pass -------------------------------------------------------------------------
+
+def _avoid_simplify_copies(typed: tvm.IRModule, graph: TensorGraph, signature, func, report: dict) -> TensorGraph:
+    """``graph`` (the input in the frontend's form), marked changed in ``report``, when TVM's
+    SimplifyExpr would copy shared work of the input and not of ``graph`` (`simplify_copies`);
+    else ``graph`` with ``report`` untouched (the input goes on)."""
+    copies = copied_ops(typed)
+    if not copies:
+        return graph
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(to_relay(graph, signature=signature, attrs=func.attrs)))
+    left = copied_ops(mod)
+    if left >= copies:
+        return graph
+    why = (report.get("reason") or "nothing cheaper found").removesuffix("; input kept")
+    report.update(changed=True, simplify_copies=[copies, left],
+                  reason=(f"the input in relay-eqsat's form ({why}): "
+                          f"TVM's SimplifyExpr copies {copies} shared operator calls of the input (its add(x, x) "
+                          f"-> multiply(x, 2) rewrite loses the sharing), {left} of this form"))
+    return graph
+
 
 def _signature(graph: TensorGraph) -> list[tuple[str, TensorType]]:
     """(name, type) of the graph's var nodes in order: the frontend adds every
@@ -494,6 +514,8 @@ class EqSatPass:
                                                          calibrate=judgement.calibrate, min_gain=judgement.min_gain,
                                                          runtime_decides=judgement.check_runtime))
                 report["judged_by"] = judgement.notes
+                if not report.get("changed", True):
+                    new_graph = _avoid_simplify_copies(typed, graph, signature, func, report)
             if not report.get("changed", True):
                 # never worse: nothing cheaper was found, the input goes on untouched
                 report["seconds"] = time.perf_counter() - t0
