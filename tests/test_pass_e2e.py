@@ -23,6 +23,7 @@ from tvm import relay  # noqa: E402
 
 from relay_eqsat.passes import EqSatPass, from_relay, zoo  # noqa: E402
 from relay_eqsat.passes.eqsat_pass import REPORT_ATTR, bind_params  # noqa: E402
+from relay_eqsat.passes.relay import to_relay  # noqa: E402
 from relay_eqsat.passes.runtime import build, random_inputs, run  # noqa: E402
 
 pytestmark = pytest.mark.tvm
@@ -65,7 +66,8 @@ def test_every_small_zoo_model_builds_and_agrees(name):
     assert [p.name_hint for p in out["main"].params] == ["data"]
     if report["changed"]:
         attached = json.loads(str(out["main"].attrs[REPORT_ATTR]))
-        assert attached["cost_after"] < attached["cost_before"]
+        # cheaper, or the input in the frontend's form where TVM would copy the input's work
+        assert attached["cost_after"] < attached["cost_before"] or report.get("simplify_copies")
         assert attached["rules_fired"] == report["rules_fired"]
     inputs = zoo_inputs(name)
     ref = run(build(mod, params=params, opt_level=REFERENCE_OPT_LEVEL), inputs)
@@ -91,11 +93,13 @@ def test_pass_context_config_changes_behaviour(no_host_data):
     # default options: the program changes
     eqsat = EqSatPass(final_extractor="greedy-ocf", **TRUST)
     assert eqsat(bound).same_as(bound) is False and eqsat.last_report["changed"]
-    # search="none" from the config: nothing to extract but the input, so it comes back as is
+    # search="none" from the config: nothing to extract but the input, so it comes back as is (a
+    # model without NasNet-A's add(x, x), whose input form TVM copies: test_simplify_copies.py)
+    plain = bind_params(*zoo.get("squeezenet", small=True))
     with tvm.transform.PassContext(opt_level=3, config={"relay.eqsat.search": "none",
                                                         "relay.eqsat.node_limit": 1234}):
-        out = tvm.transform.Sequential([eqsat])(bound)
-    assert out.same_as(bound)
+        out = tvm.transform.Sequential([eqsat])(plain)
+    assert out.same_as(plain)
     assert eqsat.last_options["search"] == "none" and eqsat.last_options["node_limit"] == 1234
     assert eqsat.last_report["stop_reason"] == "no search" and not eqsat.last_report["changed"]
     # a config node limit reaches the scheduler
@@ -145,10 +149,13 @@ def test_never_worse(no_host_data):
     eqsat = EqSatPass(**FAST, cost=PenalizeNewNodes(from_relay(bound)))
     with tvm.transform.PassContext(opt_level=3):
         out = tvm.transform.Sequential([eqsat])(bound)
-    assert out.same_as(bound)
     report = eqsat.last_report
-    assert not report["changed"] and sum(report["rules_fired"].values()) == fired  # same search, nothing kept
+    assert sum(report["rules_fired"].values()) == fired  # same search, nothing kept:
     assert report["cost_after"] == report["cost_before"]
+    # the input in the frontend's form (TVM's SimplifyExpr copies shared work of NasNet-A's add(x, x)
+    # cells, not of this form: test_simplify_copies.py), no rewrite in it
+    assert report["changed"] and "SimplifyExpr" in report["reason"]
+    assert tvm.ir.structural_equal(to_relay(from_relay(out)), to_relay(from_relay(bound)))
 
 
 def test_if_program_is_left_unchanged_and_builds():
