@@ -70,6 +70,9 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="also measure N kernels of a generic shape sweep (dense, batch_matmul, convolutions, "
                         "pools; relay_eqsat.cost.sweep), so that models never measured are predicted from "
                         "nearby shapes (240 take about 5 minutes on one core)")
+    p.add_argument("--sweep-large", type=int, default=0, metavar="N",
+                   help="also measure N kernels of the sweep's high-resolution tier (convolutions and pools "
+                        "on 112-224 px maps, up to 8 GFLOP each: VGG-style first stages, U-Nets)")
     p.add_argument("--sweep-seed", type=int, default=0, help="seed of the sweep's draw")
     p.add_argument("--groups", action="store_true",
                    help="also measure each model's fused groups (an anchor with the element-wise ops TVM "
@@ -158,8 +161,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"target {measurer.target}, backend {measurer.backend}, database {cache.path}")
 
     specs = [s.strip() for s in args.models.split(",") if s.strip()]
-    if args.sweep < 0:
-        print("relay-eqsat measure: --sweep takes a number of kernels >= 0", file=sys.stderr)
+    if args.sweep < 0 or args.sweep_large < 0:
+        print("relay-eqsat measure: --sweep and --sweep-large take a number of kernels >= 0", file=sys.stderr)
         return 2
     if args.retrain_shipped:
         return retrain_shipped(args, measurer, specs)
@@ -174,6 +177,9 @@ def run(args: argparse.Namespace) -> int:
     if args.sweep:
         instances = unique(instances + sweep_instances(args.sweep, args.sweep_seed))
         print(f"with a sweep of {args.sweep} kernels: {len(instances)} distinct kernels")
+    if args.sweep_large:
+        instances = unique(instances + sweep_instances(args.sweep_large, args.sweep_seed, large=True))
+        print(f"with {args.sweep_large} high-resolution sweep kernels: {len(instances)} distinct kernels")
     if args.groups:
         instances = unique(instances + [grp for g in graphs.values() for grp in fused_groups(g)])
         print(f"with the models' fused groups: {len(instances)} distinct kernels and groups")

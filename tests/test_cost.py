@@ -781,6 +781,22 @@ def test_sweep_draws_distinct_canonical_kernels_under_the_cap_deterministically(
     assert abs(sum(KINDS.values()) - 1) < 1e-9
 
 
+def test_sweep_high_resolution_tier():
+    """``large=True`` draws convolutions and pools on 112-224 px maps up to LARGE_MAX_FLOPS (VGG-style
+    first stages the default grid never reaches), deterministically; the default draw is unchanged by it."""
+    from relay_eqsat.cost.analytic import op_flops_bytes
+    from relay_eqsat.cost.sweep import LARGE, LARGE_KINDS, LARGE_MAX_FLOPS, MAPS, MAX_FLOPS, sweep_instances
+
+    big = sweep_instances(40, seed=0, large=True)
+    assert [i.key() for i in big] == [i.key() for i in sweep_instances(40, seed=0, large=True)]
+    assert len({i.key() for i in big}) == 40 and {i.op for i in big} <= {"nn.conv2d", "nn.max_pool2d", "nn.avg_pool2d"}
+    assert all(i.input_types[0].shape[2] in LARGE.maps for i in big)
+    flops = [op_flops_bytes(i.op, i.attrs, i.input_types, i.out_type)[0] for i in big]
+    assert max(flops) <= LARGE_MAX_FLOPS and max(flops) > MAX_FLOPS  # past the default grid's cap
+    assert max(LARGE.maps) > max(MAPS) and abs(sum(LARGE_KINDS.values()) - 1) < 1e-9
+    assert not {i.key() for i in big} & {i.key() for i in sweep_instances(40, seed=0)}
+
+
 # -- the nearest shipped model for a CPU nobody measured ------------------------------------
 X86 = "llvm -mtriple=x86_64-linux-gnu -mcpu="
 

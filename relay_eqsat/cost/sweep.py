@@ -18,6 +18,7 @@ and inferred output types, measured by the ``Measurer`` like any other.
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Callable
 
 from .. import ops
@@ -43,6 +44,15 @@ MAX_FLOPS = 2e9
 KINDS = {"dense": 0.25, "batch_matmul": 0.15, "conv": 0.35, "conv1x1": 0.1, "depthwise": 0.07,
          "grouped": 0.04, "pool": 0.04}
 
+#: the high-resolution tier (``large=True``): the first stages of VGG-style networks, U-Nets and
+#: detection backbones run convolutions on 150-224 px maps, 2-8 GFLOP each, which the grid above
+#: neither reaches (maps up to 112) nor admits (MAX_FLOPS); VGG-19's were predicted 32% too slow
+#: from the smaller ones (held out)
+LARGE_CHANNELS = (3, 16, 24, 32, 48, 64, 96, 128)
+LARGE_MAPS = (112, 128, 150, 160, 192, 224)
+LARGE_MAX_FLOPS = 8e9
+LARGE_KINDS = {"conv": 0.55, "conv1x1": 0.2, "depthwise": 0.15, "pool": 0.1}
+
 F32 = "float32"
 
 
@@ -52,13 +62,13 @@ def _conv(x: TensorType, w: tuple[int, ...], stride: int, pad: int, groups: int 
     return OpInstance.make("nn.conv2d", attrs, [x, TensorType(w, F32)])
 
 
-def _dense(r: random.Random) -> OpInstance:
+def _dense(r: random.Random, grid: Grid) -> OpInstance:
     m, k, n = r.choice(ROWS), r.choice(WIDTHS), r.choice(WIDTHS)
     ins = [TensorType((m, k), F32), TensorType((n, k), F32)]
     return OpInstance.make("nn.dense", ops.normalize_attrs("nn.dense", {}, ins), ins)
 
 
-def _batch_matmul(r: random.Random) -> OpInstance:
+def _batch_matmul(r: random.Random, grid: Grid) -> OpInstance:
     b, m, n, k = r.choice(BATCHES), r.choice(SEQ), r.choice(SEQ), r.choice(HEAD)
     if r.random() < 0.5:  # scores: Q K^T (k = the head size); else P V (n = the head size)
         n, k = k, n
@@ -67,38 +77,49 @@ def _batch_matmul(r: random.Random) -> OpInstance:
     return OpInstance.make("nn.batch_matmul", ops.normalize_attrs("nn.batch_matmul", {"transpose_b": tb}, ins), ins)
 
 
-def _feature_map(r: random.Random) -> tuple[int, int]:
-    c, h = r.choice(CHANNELS), r.choice(MAPS)
+@dataclass(frozen=True)
+class Grid:
+    """The sizes convolutions and pools are drawn from."""
+
+    channels: tuple[int, ...] = CHANNELS
+    maps: tuple[int, ...] = MAPS
+
+
+LARGE = Grid(LARGE_CHANNELS, LARGE_MAPS)
+
+
+def _feature_map(r: random.Random, grid: Grid) -> tuple[int, int]:
+    c, h = r.choice(grid.channels), r.choice(grid.maps)
     return c, h
 
 
-def _plain_conv(r: random.Random) -> OpInstance:
-    c, h = _feature_map(r)
+def _plain_conv(r: random.Random, grid: Grid) -> OpInstance:
+    c, h = _feature_map(r, grid)
     k = r.choice((3, 3, 3, 5, 7))
     stride = r.choice((1, 1, 1, 2))
-    return _conv(TensorType((1, c, h, h), F32), (r.choice(CHANNELS), c, k, k), stride, k // 2)
+    return _conv(TensorType((1, c, h, h), F32), (r.choice(grid.channels), c, k, k), stride, k // 2)
 
 
-def _conv1x1(r: random.Random) -> OpInstance:
-    c, h = _feature_map(r)
-    return _conv(TensorType((1, c, h, h), F32), (r.choice(CHANNELS), c, 1, 1), r.choice((1, 1, 1, 2)), 0)
+def _conv1x1(r: random.Random, grid: Grid) -> OpInstance:
+    c, h = _feature_map(r, grid)
+    return _conv(TensorType((1, c, h, h), F32), (r.choice(grid.channels), c, 1, 1), r.choice((1, 1, 1, 2)), 0)
 
 
-def _depthwise(r: random.Random) -> OpInstance:
-    c, h = _feature_map(r)
+def _depthwise(r: random.Random, grid: Grid) -> OpInstance:
+    c, h = _feature_map(r, grid)
     k = r.choice((3, 3, 5))
     return _conv(TensorType((1, c, h, h), F32), (c, 1, k, k), r.choice((1, 1, 2)), k // 2, groups=c)
 
 
-def _grouped(r: random.Random) -> OpInstance:
+def _grouped(r: random.Random, grid: Grid) -> OpInstance:
     g = r.choice((2, 4, 8, 16, 32))
     c = g * r.choice((4, 8, 16, 32))
-    h = r.choice(MAPS)
+    h = r.choice(grid.maps)
     return _conv(TensorType((1, c, h, h), F32), (c, c // g, 3, 3), r.choice((1, 1, 2)), 1, groups=g)
 
 
-def _pool(r: random.Random) -> OpInstance:
-    c, h = _feature_map(r)
+def _pool(r: random.Random, grid: Grid) -> OpInstance:
+    c, h = _feature_map(r, grid)
     x = TensorType((1, c, h, h), F32)
     op = r.choice(("nn.max_pool2d", "nn.avg_pool2d"))
     k, s = r.choice(((3, 2), (2, 2), (3, 1)))
@@ -107,19 +128,23 @@ def _pool(r: random.Random) -> OpInstance:
     return OpInstance.make(op, attrs, [x])
 
 
-DRAW: dict[str, Callable[[random.Random], OpInstance]] = {
+DRAW: dict[str, Callable[[random.Random, Grid], OpInstance]] = {
     "dense": _dense, "batch_matmul": _batch_matmul, "conv": _plain_conv, "conv1x1": _conv1x1,
     "depthwise": _depthwise, "grouped": _grouped, "pool": _pool}
 
 
-def sweep_instances(n: int, seed: int = 0, max_flops: float = MAX_FLOPS) -> list[OpInstance]:
-    """``n`` distinct kernel instances drawn from the grids above (shares ``KINDS``), deterministic
-    for a seed; a draw with more than ``max_flops`` FLOPs, or whose shapes do not type, is drawn
-    again."""
+def sweep_instances(n: int, seed: int = 0, max_flops: float | None = None, large: bool = False) -> list[OpInstance]:
+    """``n`` distinct kernel instances drawn from the grids above (shares ``KINDS``; with ``large``
+    the high-resolution tier: ``LARGE`` and ``LARGE_KINDS``), deterministic for a seed; a draw with
+    more than ``max_flops`` FLOPs (default ``MAX_FLOPS``, ``LARGE_MAX_FLOPS``), or whose shapes do
+    not type, is drawn again."""
     if n < 0:
         raise ValueError("the sweep size must be >= 0")
     r = random.Random(seed)
-    kinds, weights = list(KINDS), list(KINDS.values())
+    grid, shares = (LARGE, LARGE_KINDS) if large else (Grid(), KINDS)
+    if max_flops is None:
+        max_flops = LARGE_MAX_FLOPS if large else MAX_FLOPS
+    kinds, weights = list(shares), list(shares.values())
     out: dict[tuple, OpInstance] = {}
     tries = 0
     while len(out) < n:
@@ -127,7 +152,7 @@ def sweep_instances(n: int, seed: int = 0, max_flops: float = MAX_FLOPS) -> list
         if tries > 100 * n + 1000:
             raise RuntimeError(f"drew only {len(out)} distinct sweep kernels of {n}")
         try:
-            inst = DRAW[r.choices(kinds, weights)[0]](r)
+            inst = DRAW[r.choices(kinds, weights)[0]](r, grid)
         except ops.ShapeError:
             continue
         flops, _ = op_flops_bytes(inst.op, inst.attrs, inst.input_types, inst.out_type)
