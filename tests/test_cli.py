@@ -62,7 +62,7 @@ def test_optimize_zoo_model(tmp_path, capsys, no_host_data):
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_optimize_onnx_file_and_text_module(tmp_path, capsys):
+def test_optimize_onnx_file_and_text_module(tmp_path, capsys, no_host_data):
     model = onnx_model(tmp_path / "par.onnx")
     text_out = tmp_path / "m.relay"
     status = main(["optimize", str(model), *QUICK, "--save-module", str(text_out)])
@@ -130,7 +130,7 @@ def test_reuse_builds_builds_an_equal_module_once():
     assert build(func(2.0)) is not a  # outside a block nothing is kept
 
 
-def test_optimize_reuses_the_programs_the_runtime_check_built(tmp_path, capsys):
+def test_optimize_reuses_the_programs_the_runtime_check_built(tmp_path, capsys, no_host_data):
     """The pass's runtime check builds the input and the candidate; the command measures the
     same programs without building them again."""
     model = onnx_model(tmp_path / "par.onnx")

@@ -128,7 +128,7 @@ QUICK = ["--final-extractor", "greedy-ocf", "--check-runtime=off", "--calibrate=
 
 
 @pytest.mark.tvm
-def test_optimize_verbose_progress_and_timing(onnx_file, tmp_path, capsys, monkeypatch):
+def test_optimize_verbose_progress_and_timing(onnx_file, tmp_path, capsys, monkeypatch, no_host_data):
     monkeypatch.setattr(progress, "DELAY_S", 0.0)
     report = tmp_path / "r.json"
     assert main(["optimize", str(onnx_file), *QUICK, "-v", "--progress", "--time-budget", "2", "-o", str(report)]) == 0
