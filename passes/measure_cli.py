@@ -34,7 +34,7 @@ from pathlib import Path
 
 from relay_eqsat import progress
 from relay_eqsat.cli import add_common_arguments
-from relay_eqsat.cost.base import CostModel, fit_fusion
+from relay_eqsat.cost.base import CostModel, FusionRule, fit_fusion
 from relay_eqsat.cost.cache import CostCache, all_samples, normalize_target, shipped_samples, shipped_table_path
 from relay_eqsat.cost.groups import fused_groups
 from relay_eqsat.cost.instance import instances_from_egraph, instances_from_graph, unique
@@ -150,6 +150,24 @@ def read_whole_times(path: str, small: bool) -> dict[str, tuple[float, bool]]:
     return {str(k): (float(v), small) for k, v in data.items()}
 
 
+def other_sizes(path: str | None, specs) -> dict[str, tuple]:
+    """``{"zoo:NAME (small)": (graph, seconds)}``: the fit-only rows of a ``cost_accuracy.py
+    --held-out`` result (each model's other size) for the models ``specs``; empty for other files.
+    They teach the leave-one-model-out fits what the judged sizes alone cannot (a small model's
+    per-kernel costs); a model's two sizes are held out together."""
+    if not path:
+        return {}
+    with open(path) as f:
+        data = json.load(f)
+    out = {}
+    for row in data.get("rows", []) if isinstance(data, dict) else []:
+        spec = "zoo:" + row["model"]
+        if row.get("fit_only") and row.get("measured") and spec in specs:
+            small = bool(row.get("small"))
+            out[f"{spec} ({'small' if small else 'full'})"] = (_load_graph(spec, small), float(row["measured"]))
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     cache = CostCache(args.db)
     config = MeasureConfig(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, timeout_s=args.timeout)
@@ -219,16 +237,28 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"learned model: {report}")
     if whole:
-        _fit_into(model, CostModel("auto", measurer.target, measurer.backend, cache=cache, learned=model),
-                  graphs, whole, [(r.instance, r.seconds) for r in cache.rows(measurer.target, measurer.backend)])
+        _fit_into(model, measurer.target, measurer.backend, graphs, whole,
+                  [(r.instance, r.seconds) for r in cache.rows(measurer.target, measurer.backend)],
+                  other_sizes(args.whole_times, whole))
     return _save(model, args, measurer.backend, measurer.target, cache)
 
 
-def _fit_into(model, cm, graphs: dict, whole: dict, samples=None) -> None:
-    """Fit the fusion weights of ``cm`` to the whole-model times and store them in ``model``'s metadata.
-    With the kernel measurements ``samples`` and three models or more, the error stored for the
-    model (what a predicted gain must exceed) is the leave-one-model-out error
-    (`relay_eqsat.cost.validate`): each model predicted without its kernels' measurements and runtime."""
+def _fit_into(model, target: str, backend: str, graphs: dict, whole: dict, samples=None,
+              others: dict | None = None) -> None:
+    """Fit the fusion weights of ``model`` (from the defaults) to the whole-model times and store them
+    in its metadata. The kernel times are ``model``'s predictions, as a model nobody measured is
+    costed and as `relay_eqsat.cost.validate.held_out` fits. With the kernel measurements
+    ``samples`` and three models or more, the
+    error stored for the model (what a predicted gain must exceed) is the leave-one-model-out error:
+    each model predicted without its kernels' measurements and runtime; ``others`` (`other_sizes`)
+    join those fits."""
+    with tempfile.TemporaryDirectory() as tmp:  # kind "learned" reads no measurement
+        cm = CostModel("learned", target, backend, cache=CostCache(Path(tmp) / "empty.sqlite"), learned=model,
+                       fusion=FusionRule())
+        _fit_with(model, cm, graphs, whole, samples, others or {})
+
+
+def _fit_with(model, cm, graphs: dict, whole: dict, samples, others: dict) -> None:
     used = {s: t for s, t in whole.items() if s in graphs}
     missing = sorted(set(graphs) - set(used))
     if missing:
@@ -245,7 +275,8 @@ def _fit_into(model, cm, graphs: dict, whole: dict, samples=None) -> None:
     err = fit.loo_mean_ape if fit.loo_mean_ape is not None else fit.after_mean_ape
     if samples and len(used) >= 3:
         with progress.ticking("leave-one-model-out: training without each model's kernels"):
-            res = held_out(samples, {s: (graphs[s], t) for s, t in used.items()}, cm.target, cm.backend)
+            res = held_out(samples, {**{s: (graphs[s], t) for s, t in used.items()}, **others}, cm.target,
+                           cm.backend, family=lambda name: name.split(" ")[0], evaluate=used)
         for spec, h in res.items():
             print(f"  {spec}: held out, predicted {h.predicted * 1e3:.3f} ms ({h.rel_error:+.1%}; "
                   f"its {h.n_left_out} kernels left out of training)")
@@ -281,9 +312,8 @@ def refit_only(args, measurer, cache, specs) -> int:
     if not whole:
         print("relay-eqsat measure: no whole-model times to fit to", file=sys.stderr)
         return 1
-    cm = CostModel("auto", measurer.target, measurer.backend, cache=cache, learned=model)
-    cm.fusion = type(cm.fusion)()  # refit from the defaults, not from the stored fit
-    _fit_into(model, cm, graphs, whole, all_samples(cache, measurer.target, measurer.backend))
+    _fit_into(model, measurer.target, measurer.backend, graphs, whole,
+              all_samples(cache, measurer.target, measurer.backend), other_sizes(args.whole_times, whole))
     return _save(model, args, measurer.backend, measurer.target, cache)
 
 
@@ -311,10 +341,7 @@ def retrain_shipped(args, measurer, specs) -> int:
         times = {k: v for k, v in read_whole_times(args.whole_times, args.small).items() if k in specs}
         graphs = {spec: _load_graph(spec, small) for spec, (_, small) in times.items()}
         whole = {spec: t for spec, (t, _) in times.items()}
-        # the shipped measurements and the new model only: a fresh, empty database beside them
-        with tempfile.TemporaryDirectory() as tmp:
-            cm = CostModel("auto", target, backend, cache=CostCache(Path(tmp) / "empty.sqlite"), learned=model)
-            _fit_into(model, cm, graphs, whole, samples)
+        _fit_into(model, target, backend, graphs, whole, samples, other_sizes(args.whole_times, whole))
     else:
         model.meta.update({k: old[k] for k in ("fusion", "fusion_fit", "whole_graph_error") if k in old})
         print("no --whole-times: the shipped model's fusion weights are kept, not refitted")
