@@ -10,16 +10,24 @@ saturation (or to the limit).
 
 The same workload is then expressed in egglog (the Rust library's Python
 bindings, same process): the same initial e-graph (one constructor per
-operator and arity, attributes as a string) and the rules of the default set
-that need no shape reasoning (commutativity, associativity, distributivity,
-factoring, the dense/conv merges as multi-pattern rules), the multi-pattern
+operator and arity, attributes as a string; a grouped convolution has a
+constructor of its own) and the rules of the default set that need no shape
+reasoning (commutativity, associativity, distributivity, factoring, the
+dense/conv merges as multi-pattern rules: ``SAME_RULES``), the multi-pattern
 ruleset run only in the first ``k_multi`` iterations, for as many iterations
 as our run took, one ``run`` per iteration, stopping early once its e-graph
 reaches the node limit (sizes read between iterations, outside the timing).
-What differs: egglog checks no shapes, has no cycle filter, and lacks the
-rules that compute attributes from shapes (splits, reshapes, transposes,
-padding), so its e-graph differs; the comparison is of e-nodes added per
-second, and the ratio is ours/egglog.
+
+``--rules`` says what our side runs (rows for each): ``same`` (the default's
+first) runs only ``SAME_RULES``, the rules egglog's program expresses, so
+both grow the same e-graph (the e-nodes each adds are printed side by side:
+equal up to one where neither hits the limit); ours still checks every
+rule's shapes and preconditions, types every new node and filters cycles,
+and that time is ours. ``full`` runs our whole default rule set (splits,
+reshapes, transposes, padding: rules egglog cannot express without shape
+reasoning) against the same egglog program, so the e-graphs differ; its
+ratio compares e-nodes added per second of different work. The ratio is
+ours/egglog.
 
 Each repetition runs in a fresh worker process (``--repeat``, default 3), so
 that our process-wide caches (interned signatures and their shape inference,
@@ -27,7 +35,7 @@ application plans) start cold as in a real run; the table shows medians of
 the repetitions, measured side by side in one invocation.
 
     python bench/egraph_throughput.py [--small] [--models bert,nasnet_a,inception_v3]
-        [--k-multi 1,2] [--node-limits 10000,50000] [--repeat 3]
+        [--k-multi 1,2] [--node-limits 10000,50000] [--rules same,full] [--repeat 3]
 
 ``--node-limit N`` (one limit) is kept as an alias of ``--node-limits N``.
 Results: ``bench/results/egraph_throughput.json`` and the printed table in
@@ -54,7 +62,13 @@ def load_graph(name: str, small: bool):
     return from_relay(*zoo.get(name, small=small))
 
 
-def run_ours(graph, node_limit: int, iter_limit: int, k_multi: int):
+# our rules that the egglog program below expresses (``_egglog_rules``), rule for rule
+SAME_RULES = ("add-comm", "add-assoc", "mul-comm", "mul-assoc", "mul-distrib-add", "mul-factor-add",
+              "dense-factor-weights", "conv-factor-weights", "dense-merge", "conv-merge")
+RULE_SETS = ("same", "full")
+
+
+def run_ours(graph, node_limit: int, iter_limit: int, k_multi: int, rule_set: str = "full"):
     from relay_eqsat.egraph import EGraph
     from relay_eqsat.rules import load_rules
     from relay_eqsat.search import Limits, TensatScheduler
@@ -62,6 +76,10 @@ def run_ours(graph, node_limit: int, iter_limit: int, k_multi: int):
     eg = EGraph()
     eg.add_graph(graph)
     rules = load_rules()
+    if rule_set == "same":
+        rules = [r for r in rules if r.name in SAME_RULES]
+        if len(rules) != len(SAME_RULES):
+            raise RuntimeError(f"the default rule set lacks some of {SAME_RULES}")
     rep = TensatScheduler().run(eg, rules, Limits(node_limit=node_limit, iter_limit=iter_limit,
                                                   k_multi=k_multi, time_limit=600))
     return eg, rep
@@ -106,11 +124,20 @@ def _egglog_rules(used: set[tuple[str, int]]) -> tuple[list[str], list[str]]:
     return single, multi
 
 
+def _egglog_op(node) -> str:
+    """The operator name a node's egglog constructor is named after: a grouped convolution gets
+    its own (``nn.conv2d.grouped``), so that the merge rules, which concatenate weights along the
+    output channels, match plain convolutions only, as ours (``conv-merge``: ``:groups 1``) do."""
+    if node.op == "nn.conv2d" and node.attrs.get("groups", 1) != 1:
+        return "nn.conv2d.grouped"
+    return node.op
+
+
 def build_egglog_program(graph, iterations: int, k_multi: int):
     """The egglog program: declarations, rules and the initial e-graph, then one line per iteration."""
     used = set()
     for n in graph.nodes:
-        used.add((n.op, len(n.inputs)))
+        used.add((_egglog_op(n), len(n.inputs)))
     ctors = sorted(used)
     lines = ["(datatype T (Concat String T T) (Split T) (Get0 T) (Get1 T))"]
     for op, arity in ctors:
@@ -126,7 +153,7 @@ def build_egglog_program(graph, iterations: int, k_multi: int):
         if n.op in ("var", "constant", "opaque"):
             key = f"{n.op}:{n.attrs.get('name', '')}:{n.attrs.get('key', '')}:{i if n.op == 'opaque' else ''}"
         args = " ".join(f"n{j}" for j in n.inputs)
-        lines.append(f"(let n{i} ({_ctor(n.op, len(n.inputs))} \"{key}\"{' ' + args if args else ''}))")
+        lines.append(f"(let n{i} ({_ctor(_egglog_op(n), len(n.inputs))} \"{key}\"{' ' + args if args else ''}))")
     head = "\n".join(lines)
     steps = [("(run-schedule (run multi) (run single))" if it < k_multi else "(run-schedule (run single))")
              for it in range(iterations)]
@@ -163,10 +190,10 @@ def run_egglog(graph, iterations: int, k_multi: int, max_added: int | None = Non
     return before, size, elapsed, done
 
 
-def worker(name: str, small: bool, k_multi: int, node_limit: int, iter_limit: int) -> dict:
+def worker(name: str, small: bool, k_multi: int, node_limit: int, iter_limit: int, rule_set: str = "full") -> dict:
     """One repetition of one row, in this (fresh) process: ours, then egglog."""
     graph = load_graph(name, small)
-    eg, rep = run_ours(graph, node_limit, iter_limit, k_multi)
+    eg, rep = run_ours(graph, node_limit, iter_limit, k_multi, rule_set)
     ours = dict(nodes_before=rep.nodes_before, nodes_after=rep.nodes_after, seconds=rep.total_time,
                 nodes_per_second=rep.nodes_added / rep.total_time if rep.total_time else 0.0,
                 iterations=rep.iterations, stop_reason=rep.stop_reason, blacklisted=rep.blacklisted,
@@ -182,12 +209,13 @@ def worker(name: str, small: bool, k_multi: int, node_limit: int, iter_limit: in
     return row
 
 
-def run_row(name: str, small: bool, k_multi: int, node_limit: int, iter_limit: int, repeat: int) -> dict:
+def run_row(name: str, small: bool, k_multi: int, node_limit: int, iter_limit: int, repeat: int,
+            rule_set: str = "full") -> dict:
     """``repeat`` fresh worker processes for one row; medians of their figures."""
     reps = []
     for _ in range(repeat):
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker",
-               json.dumps([name, small, k_multi, node_limit, iter_limit])]
+               json.dumps([name, small, k_multi, node_limit, iter_limit, rule_set])]
         out = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if out.returncode != 0:
             raise RuntimeError(f"worker for {name} failed:\n{out.stderr[-2000:]}")
@@ -205,8 +233,8 @@ def run_row(name: str, small: bool, k_multi: int, node_limit: int, iter_limit: i
     ours = dict(first["ours"], seconds=med("ours", "seconds"), nodes_per_second=med("ours", "nodes_per_second"),
                 search=med("ours", "search"), apply=med("ours", "apply"), rebuild=med("ours", "rebuild"),
                 filter=med("ours", "filter"), seconds_all=[r["ours"]["seconds"] for r in reps])
-    row = dict(model=name, small=small, k_multi=k_multi, node_limit=node_limit, graph_nodes=first["graph_nodes"],
-               repeat=repeat, ours=ours)
+    row = dict(model=name, small=small, rules=rule_set, k_multi=k_multi, node_limit=node_limit,
+               graph_nodes=first["graph_nodes"], repeat=repeat, ours=ours)
     if "error" in first["egglog"]:
         row["egglog"] = first["egglog"]
         row["ratio_ours_over_egglog"] = None
@@ -229,39 +257,40 @@ def main(argv=None):
     ap.add_argument("--node-limit", type=int, default=None, help="one node limit (alias of --node-limits N)")
     ap.add_argument("--iter-limit", type=int, default=15)
     ap.add_argument("--k-multi", default="1,2", help="comma-separated k_multi values (rows)")
+    ap.add_argument("--rules", default=",".join(RULE_SETS),
+                    help="what our side runs, comma-separated (rows): same (the rules egglog's program "
+                         "expresses) and/or full (our whole default rule set)")
     ap.add_argument("--repeat", type=int, default=3, help="fresh worker processes per row (medians)")
     ap.add_argument("--worker", default=None, help=argparse_hidden())
     args = ap.parse_args(argv)
     if args.worker is not None:
-        name, small, k_multi, node_limit, iter_limit = json.loads(args.worker)
-        print(json.dumps(worker(name, small, k_multi, node_limit, iter_limit)))
+        print(json.dumps(worker(*json.loads(args.worker))))
         return None
+    rule_sets = [r.strip() for r in args.rules.split(",") if r.strip()]
+    if not rule_sets or any(r not in RULE_SETS for r in rule_sets):
+        ap.error(f"--rules takes a comma-separated list of {', '.join(RULE_SETS)}, got {args.rules!r}")
     limits = [args.node_limit] if args.node_limit is not None else _ints(args.node_limits)
     ks = _ints(args.k_multi)
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
     results = []
-    for name in zoo_models.model_names(args.models):
-        small = zoo_models.small_for(args, name)
-        for k in ks:
-            for limit in limits:
-                row = run_row(name, small, k, limit, args.iter_limit, args.repeat)
-                o, e = row["ours"], row["egglog"]
-                print(f"{name} k_multi={k} limit={limit}: ours {o['nodes_before']} -> {o['nodes_after']} e-nodes in "
-                      f"{o['seconds']:.3f}s ({o['nodes_per_second']:,.0f}/s, {o['iterations']} it, "
-                      f"{o['stop_reason']}); egglog " + (e.get("error") or
-                      f"{e['nodes_before']} -> {e['nodes_after']} in {e['seconds']:.4f}s "
-                      f"({e['nodes_per_second']:,.0f}/s)"), flush=True)
-                results.append(row)
-    headers = ["model", "k", "limit", "ours e-nodes", "it", "stop", "ours s", "ours e-nodes/s",
-               "egglog e-nodes", "egglog s", "egglog e-nodes/s", "ours/egglog"]
+    for rule_set in rule_sets:
+        for name in zoo_models.model_names(args.models):
+            small = zoo_models.small_for(args, name)
+            for k in ks:
+                for limit in limits:
+                    results.append(_row(name, small, k, limit, args, rule_set))
+    headers = ["rules", "model", "k", "limit", "ours e-nodes", "it", "stop", "ours s", "ours e-nodes/s",
+               "egglog e-nodes", "added ours/egglog", "egglog s", "egglog e-nodes/s", "ours/egglog"]
     rows = []
     for r in results:
         o, e = r["ours"], r["egglog"]
-        rows.append([r["model"], r["k_multi"], r["node_limit"], f"{o['nodes_before']}->{o['nodes_after']}",
+        ok = "error" not in e
+        rows.append([r["rules"], r["model"], r["k_multi"], r["node_limit"], f"{o['nodes_before']}->{o['nodes_after']}",
                      o["iterations"], o["stop_reason"], o["seconds"], round(o["nodes_per_second"]),
-                     f"{e['nodes_before']}->{e['nodes_after']}" if "error" not in e else "-",
-                     e.get("seconds"), round(e["nodes_per_second"]) if "error" not in e else None,
+                     f"{e['nodes_before']}->{e['nodes_after']}" if ok else "-",
+                     f"{o['nodes_after'] - o['nodes_before']}/{e['nodes_after'] - e['nodes_before']}" if ok else "-",
+                     e.get("seconds"), round(e["nodes_per_second"]) if ok else None,
                      r["ratio_ours_over_egglog"]])
     text = tables.print_table(headers, rows, title=f"e-graph growth, medians of {args.repeat} fresh processes")
     out = Path(args.out)
@@ -269,6 +298,17 @@ def main(argv=None):
     out.with_suffix(".log").write_text(text + "\n")
     print(f"wrote {out.with_suffix('.log')}")
     return results
+
+
+def _row(name: str, small: bool, k: int, limit: int, args, rule_set: str) -> dict:
+    """One row of the table, printed as it is measured."""
+    row = run_row(name, small, k, limit, args.iter_limit, args.repeat, rule_set)
+    o, e = row["ours"], row["egglog"]
+    print(f"[{rule_set}] {name} k_multi={k} limit={limit}: ours {o['nodes_before']} -> {o['nodes_after']} e-nodes "
+          f"in {o['seconds']:.3f}s ({o['nodes_per_second']:,.0f}/s, {o['iterations']} it, {o['stop_reason']}); "
+          "egglog " + (e.get("error") or f"{e['nodes_before']} -> {e['nodes_after']} in {e['seconds']:.4f}s "
+                                         f"({e['nodes_per_second']:,.0f}/s)"), flush=True)
+    return row
 
 
 def argparse_hidden():

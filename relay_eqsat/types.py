@@ -13,6 +13,9 @@ from typing import Any, Iterator, Union
 import numpy as np
 
 
+_INT_TYPE = {int}
+
+
 @dataclass(frozen=True)
 class TensorType:
     """A tensor with a static shape and a dtype string (``"float32"``)."""
@@ -21,7 +24,9 @@ class TensorType:
     dtype: str = "float32"
 
     def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        shape = self.shape
+        if type(shape) is not tuple or not set(map(type, shape)) <= _INT_TYPE:  # else already plain ints
+            object.__setattr__(self, "shape", tuple(int(d) for d in shape))
 
     @property
     def ndim(self) -> int:
@@ -62,8 +67,16 @@ class TupleType:
 Type = Union[TensorType, TupleType]
 
 
+_FROZEN_SCALARS = frozenset((int, float, str, bool, type(None), TensorType, TupleType))
+
+
 def freeze(value: Any) -> Any:
     """Normalize an attribute value to a hashable Python value."""
+    t = type(value)
+    if t in _FROZEN_SCALARS:  # the common cases, by exact type (subclasses take the checks below)
+        return value
+    if t is tuple and all(type(v) is int for v in value):
+        return value
     if isinstance(value, (TensorType, TupleType, str, bool, type(None))):
         return value
     if isinstance(value, (np.integer,)):
@@ -91,9 +104,15 @@ class Attrs(Mapping):
     __slots__ = ("_items", "_dict", "_hash")
 
     def __init__(self, items: Mapping[str, Any] | None = None, **kwargs: Any):
-        d = dict(items or {})
-        d.update(kwargs)
-        frozen = tuple(sorted((str(k), freeze(v)) for k, v in d.items()))
+        if type(items) is Attrs and not kwargs:  # already frozen and sorted
+            self._items, self._dict, self._hash = items._items, items._dict, items._hash
+            return
+        d = dict(items) if items else {}
+        if kwargs:
+            d.update(kwargs)
+        scalars = _FROZEN_SCALARS
+        frozen = tuple(sorted([(k if type(k) is str else str(k), v if type(v) in scalars else freeze(v))
+                               for k, v in d.items()]))
         self._items = frozen
         self._dict = dict(frozen)
         self._hash = hash(frozen)

@@ -146,7 +146,12 @@ def vocabulary() -> tuple[str, ...]:
 
 
 def is_int(v) -> bool:
+    if type(v) is int:
+        return True
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+_INT_TYPE = {int}
 
 
 class OpAttrs(Mapping):
@@ -158,6 +163,8 @@ class OpAttrs(Mapping):
 
     def __init__(self, op: OpDef, attrs: Mapping | None):
         self.op = op.name
+        if type(attrs) is Attrs:  # its plain dict, without the Mapping protocol's calls
+            attrs = attrs._dict
         self._d = {**(op.defaults or {}), **(attrs or {})}
 
     def __getitem__(self, key: str) -> Any:
@@ -189,6 +196,9 @@ class OpAttrs(Mapping):
 
     def ints(self, key: str, n: int | None = None, lo: int | None = None) -> tuple[int, ...]:
         v = self[key]
+        if (type(v) is tuple and (n is None or len(v) == n) and set(map(type, v)) <= _INT_TYPE
+                and (lo is None or not v or min(v) >= lo)):
+            return v  # the canonical form: a tuple of plain ints
         want = "a tuple of " + (f"{n} " if n is not None else "") + "ints" + (f" >= {lo}" if lo is not None else "")
         if (not isinstance(v, (tuple, list)) or not all(is_int(e) for e in v)
                 or (n is not None and len(v) != n) or (lo is not None and any(e < lo for e in v))):
@@ -221,6 +231,8 @@ class OpAttrs(Mapping):
 
     def out_dtype(self, default: str) -> str:
         v = self.get("out_dtype") or default
+        if v == default:
+            return v  # the inputs' dtype: a valid name
         try:
             np.dtype(v)
         except TypeError:
@@ -297,7 +309,8 @@ def normalize_attrs(op: str, attrs: Mapping, input_types: Sequence[Type]) -> Att
     that cannot be normalized.
     """
     d = get(op)
-    raw = {str(k): v for k, v in dict(attrs or {}).items() if v is not None}
+    items = attrs._dict.items() if type(attrs) is Attrs else dict(attrs or {}).items()
+    raw = {str(k): v for k, v in items if v is not None}
     layout = raw.get("layout", raw.get("data_layout", "NCHW"))
     if raw.get("out_layout", "") not in ("", layout):
         raise ShapeError(f"{op}: out_layout {raw['out_layout']!r} differs from the input layout {layout!r}")
@@ -308,7 +321,11 @@ def normalize_attrs(op: str, attrs: Mapping, input_types: Sequence[Type]) -> Att
             raise
         except (TypeError, ValueError, IndexError, KeyError) as e:
             raise ShapeError(f"{op}: cannot normalize attributes {raw!r}: {e}") from e
-    out = {k: _coerce(op, k, raw.get(k, v), v) for k, v in (d.defaults or {}).items()}
+    out = {}
+    for k, v in (d.defaults or {}).items():
+        value = raw.get(k, v)
+        # a value already of its default's type is its own coercion
+        out[k] = value if type(value) is type(v) else _coerce(op, k, value, v)
     for k in d.required:
         if k not in raw:
             raise ShapeError(f"{op}: missing required attribute {k!r}")

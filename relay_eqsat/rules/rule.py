@@ -137,13 +137,15 @@ class Rule:
                 return v if isinstance(v, tuple) else ("h", v)
             kids = [plan(c) for c in t.children]
             in_types = tuple([ref_type(k) for k in kids])
-            attrs = {}
-            if t.whole is not None:
-                attrs.update(local[t.whole])
             if t.items:
+                attrs = {}
+                if t.whole is not None:
+                    attrs.update(local[t.whole])
                 ctx.inputs = kids
                 for key, f in t.items:
                     attrs[key] = f(ctx)
+            else:  # a bound node's attributes as they are (an Attrs), or none
+                attrs = local[t.whole] if t.whole is not None else _NO_ATTRS
             a, out_t = _typed_node(t.op, attrs, in_types)
             pending.append((t.op, a, kids))
             ptypes.append(out_t)
@@ -165,6 +167,7 @@ class Rule:
         return [o[1] if o[0] == "h" else handles[o[1]] for o in outs]
 
 
+_NO_ATTRS = Attrs()
 _NORMALIZE_CACHE: dict = {}  # (op, Attrs, input types) -> canonical Attrs
 _NODE_CACHE: dict = {}  # (op, the attribute dict's items as built, input types) -> (canonical Attrs, type)
 _CACHE_SIZE = 200000
@@ -177,7 +180,7 @@ def _typed_node(op: str, attrs: dict, input_types: tuple):
     ``Attrs`` to build when they repeat; unhashable values skip this memo).
     Raises ShapeError like ``_node_attrs`` and ``_infer``."""
     try:
-        key = (op, tuple(attrs.items()), input_types)
+        key = (op, attrs if type(attrs) is Attrs else tuple(attrs.items()), input_types)
         hit = _NODE_CACHE.get(key)
     except TypeError:  # a list value: only the frozen form hashes
         key = hit = None
