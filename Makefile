@@ -6,6 +6,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYX := $(wildcard relay_eqsat/*/*.pyx relay_eqsat/*/*.pxd)
+# the pure-Python modules setup.py compiles (COMPILED_PY) are among these
+PY_COMPILED := $(wildcard relay_eqsat/types.py relay_eqsat/ops/*.py relay_eqsat/rules/*.py)
 EXT_STAMP := $(VENV)/.ext-built
 DEMO_MODEL ?= zoo:nasrnn
 PYTEST_ARGS ?=
@@ -25,8 +27,8 @@ $(STAMP): pyproject.toml setup.py
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# Rebuild the Cython core in place whenever a .pyx/.pxd changed.
-$(EXT_STAMP): $(STAMP) $(PYX) setup.py
+# Rebuild the Cython core in place whenever a .pyx/.pxd, or a compiled .py, changed.
+$(EXT_STAMP): $(STAMP) $(PYX) $(PY_COMPILED) setup.py
 	$(PY) setup.py -q build_ext --inplace
 	touch $(EXT_STAMP)
 
@@ -44,4 +46,6 @@ bench: $(EXT_STAMP)
 	for b in $(BENCH_SCRIPTS); do echo "== bench/$$b.py $(BENCH_ARGS)"; $(PY) bench/$$b.py $(BENCH_ARGS) || exit 1; done
 
 clean:
-	rm -rf build *.egg-info relay_eqsat/egraph/*.c relay_eqsat/egraph/*.so $(EXT_STAMP)
+	rm -rf build *.egg-info relay_eqsat/egraph/*.c relay_eqsat/egraph/*.so relay_eqsat/extract/*.c \
+		relay_eqsat/extract/*.so relay_eqsat/*.c relay_eqsat/*.so relay_eqsat/ops/*.c relay_eqsat/ops/*.so \
+		relay_eqsat/rules/*.c relay_eqsat/rules/*.so relay_eqsat/_compiled_sources.json $(EXT_STAMP)

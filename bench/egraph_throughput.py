@@ -32,7 +32,9 @@ ours/egglog.
 Each repetition runs in a fresh worker process (``--repeat``, default 3), so
 that our process-wide caches (interned signatures and their shape inference,
 application plans) start cold as in a real run; the table shows medians of
-the repetitions, measured side by side in one invocation.
+the repetitions, measured side by side in one invocation. Each row records
+whether the planning modules ran compiled (``relay_eqsat/_compiled.py``;
+``RELAY_EQSAT_PURE_PYTHON=1`` runs them from source, for a before/after).
 
     python bench/egraph_throughput.py [--small] [--models bert,nasnet_a,inception_v3]
         [--k-multi 1,2] [--node-limits 10000,50000] [--rules same,full] [--repeat 3]
@@ -198,7 +200,9 @@ def worker(name: str, small: bool, k_multi: int, node_limit: int, iter_limit: in
                 nodes_per_second=rep.nodes_added / rep.total_time if rep.total_time else 0.0,
                 iterations=rep.iterations, stop_reason=rep.stop_reason, blacklisted=rep.blacklisted,
                 search=rep.search_time, apply=rep.apply_time, rebuild=rep.rebuild_time, filter=rep.filter_time)
-    row = dict(graph_nodes=len(graph), ours=ours)
+    from relay_eqsat import _compiled
+
+    row = dict(graph_nodes=len(graph), ours=ours, compiled=bool(_compiled.status()["compiled"]))
     try:
         before, after, secs, its = run_egglog(graph, max(rep.iterations, 1), k_multi,
                                                node_limit - rep.nodes_before)
@@ -234,7 +238,7 @@ def run_row(name: str, small: bool, k_multi: int, node_limit: int, iter_limit: i
                 search=med("ours", "search"), apply=med("ours", "apply"), rebuild=med("ours", "rebuild"),
                 filter=med("ours", "filter"), seconds_all=[r["ours"]["seconds"] for r in reps])
     row = dict(model=name, small=small, rules=rule_set, k_multi=k_multi, node_limit=node_limit,
-               graph_nodes=first["graph_nodes"], repeat=repeat, ours=ours)
+               graph_nodes=first["graph_nodes"], repeat=repeat, compiled=first["compiled"], ours=ours)
     if "error" in first["egglog"]:
         row["egglog"] = first["egglog"]
         row["ratio_ours_over_egglog"] = None
@@ -292,7 +296,9 @@ def main(argv=None):
                      f"{o['nodes_after'] - o['nodes_before']}/{e['nodes_after'] - e['nodes_before']}" if ok else "-",
                      e.get("seconds"), round(e["nodes_per_second"]) if ok else None,
                      r["ratio_ours_over_egglog"]])
-    text = tables.print_table(headers, rows, title=f"e-graph growth, medians of {args.repeat} fresh processes")
+    compiled = sorted({r["compiled"] for r in results})
+    text = tables.print_table(headers, rows, title=f"e-graph growth, medians of {args.repeat} fresh processes; "
+                              f"planning modules compiled: {'/'.join('yes' if c else 'no' for c in compiled)}")
     out = Path(args.out)
     tables.write_json(out, dict(machine=tables.machine_info(), repeat=args.repeat, rows=results))
     out.with_suffix(".log").write_text(text + "\n")

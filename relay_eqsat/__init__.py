@@ -4,6 +4,10 @@ The core (everything but ``relay_eqsat.passes``) imports neither TVM nor
 ``relay_eqsat.passes`` (tests/test_layering.py checks it), with one exception:
 ``relay_eqsat.EqSatPass``, the package's front door, imported lazily below.
 """
+from . import _compiled
+
+_compiled.prefer_fresh_sources()  # before any submodule: a compiled module older than its source is not used
+
 __version__ = "0.1.0"
 __all__ = ["Attrs", "Node", "TensorGraph", "TensorType", "TupleType", "EqSatPass"]
 
