@@ -192,6 +192,40 @@ def run_egglog(graph, iterations: int, k_multi: int, max_added: int | None = Non
     return before, size, elapsed, done
 
 
+def plan_replay(name: str, small: bool, k_multi: int, node_limit: int, iter_limit: int, rule_set: str,
+                repeat: int = 15) -> dict:
+    """Planning alone: the right-hand sides one growth run planned (``application_plan`` calls),
+    planned again ``repeat`` times with every planning memo cleared (as in a fresh process) and
+    checked to come out identical; the median milliseconds."""
+    from relay_eqsat.egraph import core
+    from relay_eqsat.rules import application, rule as rule_mod
+
+    calls = []
+    plan = application.application_plan
+
+    def recording(rule, raw, type_of, const_of):
+        out = plan(rule, raw, type_of, const_of)
+        calls.append((rule, dict(raw), type_of, const_of, out))
+        return out
+    application.application_plan = recording
+    try:
+        run_ours(load_graph(name, small), node_limit, iter_limit, k_multi, rule_set)
+    finally:
+        application.application_plan = plan
+    times = []
+    for _ in range(repeat):
+        rule_mod._NODE_CACHE.clear()
+        rule_mod._NORMALIZE_CACHE.clear()
+        core._INFER_MEMO.clear()
+        t = time.perf_counter()
+        again = [plan(r, raw, ty, co) for r, raw, ty, co, _ in calls]
+        times.append(time.perf_counter() - t)
+        if again != [c[4] for c in calls]:
+            raise RuntimeError(f"{name}: planning the same matches again gave other plans")
+    return dict(model=name, small=small, rules=rule_set, k_multi=k_multi, node_limit=node_limit,
+                plans=len(calls), ms=1e3 * statistics.median(times))
+
+
 def worker(name: str, small: bool, k_multi: int, node_limit: int, iter_limit: int, rule_set: str = "full") -> dict:
     """One repetition of one row, in this (fresh) process: ours, then egglog."""
     graph = load_graph(name, small)
@@ -200,9 +234,9 @@ def worker(name: str, small: bool, k_multi: int, node_limit: int, iter_limit: in
                 nodes_per_second=rep.nodes_added / rep.total_time if rep.total_time else 0.0,
                 iterations=rep.iterations, stop_reason=rep.stop_reason, blacklisted=rep.blacklisted,
                 search=rep.search_time, apply=rep.apply_time, rebuild=rep.rebuild_time, filter=rep.filter_time)
-    from relay_eqsat import _compiled
+    import relay_eqsat.rules.rule as planning  # what ran: its extension module, or its source
 
-    row = dict(graph_nodes=len(graph), ours=ours, compiled=bool(_compiled.status()["compiled"]))
+    row = dict(graph_nodes=len(graph), ours=ours, compiled=not planning.__file__.endswith(".py"))
     try:
         before, after, secs, its = run_egglog(graph, max(rep.iterations, 1), k_multi,
                                                node_limit - rep.nodes_before)
@@ -265,10 +299,16 @@ def main(argv=None):
                     help="what our side runs, comma-separated (rows): same (the rules egglog's program "
                          "expresses) and/or full (our whole default rule set)")
     ap.add_argument("--repeat", type=int, default=3, help="fresh worker processes per row (medians)")
+    ap.add_argument("--plan-replay", action="store_true",
+                    help="instead: time planning alone (each row's plans planned again with cold memos)")
     ap.add_argument("--worker", default=None, help=argparse_hidden())
+    ap.add_argument("--plan-worker", default=None, help=argparse_hidden())
     args = ap.parse_args(argv)
     if args.worker is not None:
         print(json.dumps(worker(*json.loads(args.worker))))
+        return None
+    if args.plan_worker is not None:
+        print(json.dumps(plan_replay(*json.loads(args.plan_worker))))
         return None
     rule_sets = [r.strip() for r in args.rules.split(",") if r.strip()]
     if not rule_sets or any(r not in RULE_SETS for r in rule_sets):
@@ -277,6 +317,8 @@ def main(argv=None):
     ks = _ints(args.k_multi)
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
+    if args.plan_replay:
+        return _plan_replays(args, rule_sets, ks, limits)
     results = []
     for rule_set in rule_sets:
         for name in zoo_models.model_names(args.models):
@@ -301,6 +343,37 @@ def main(argv=None):
                               f"planning modules compiled: {'/'.join('yes' if c else 'no' for c in compiled)}")
     out = Path(args.out)
     tables.write_json(out, dict(machine=tables.machine_info(), repeat=args.repeat, rows=results))
+    out.with_suffix(".log").write_text(text + "\n")
+    print(f"wrote {out.with_suffix('.log')}")
+    return results
+
+
+def _plan_replays(args, rule_sets, ks, limits) -> list[dict]:
+    """``--plan-replay``: one fresh process per row; table and JSON like the growth rows'."""
+    results = []
+    for rule_set in rule_sets:
+        for name in zoo_models.model_names(args.models):
+            small = zoo_models.small_for(args, name)
+            for k in ks:
+                for limit in limits:
+                    cmd = [sys.executable, str(Path(__file__).resolve()), "--plan-worker",
+                           json.dumps([name, small, k, limit, args.iter_limit, rule_set])]
+                    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                    if out.returncode != 0:
+                        raise RuntimeError(f"plan replay of {name} failed:\n{out.stderr[-2000:]}")
+                    row = json.loads(out.stdout.strip().splitlines()[-1])
+                    print(f"[{rule_set}] {name} k_multi={k} limit={limit}: {row['plans']} plans in "
+                          f"{row['ms']:.2f} ms", flush=True)
+                    results.append(row)
+    import relay_eqsat.rules.rule as planning
+
+    compiled = not planning.__file__.endswith(".py")
+    text = tables.print_table(["rules", "model", "k", "limit", "plans", "ms (median, cold memos)"],
+                              [[r["rules"], r["model"], r["k_multi"], r["node_limit"], r["plans"], r["ms"]]
+                               for r in results],
+                              title=f"planning alone; planning modules compiled: {'yes' if compiled else 'no'}")
+    out = Path(args.out)
+    tables.write_json(out, dict(machine=tables.machine_info(), compiled=compiled, plan_replay=results))
     out.with_suffix(".log").write_text(text + "\n")
     print(f"wrote {out.with_suffix('.log')}")
     return results

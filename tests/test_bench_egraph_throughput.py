@@ -70,3 +70,8 @@ def test_cli_rows_for_each_rule_set(tmp_path):
     assert "added ours/egglog" in out.with_suffix(".log").read_text()
     with pytest.raises(SystemExit):
         bench.main(["--rules", "some", "--out", str(out)])
+
+
+def test_plan_replay_plans_the_same_right_hand_sides_again():
+    row = bench.plan_replay("nasnet_a", True, 2, 10_000, 15, "same", repeat=2)  # raises if a plan differs
+    assert row["plans"] > 0 and row["ms"] > 0
