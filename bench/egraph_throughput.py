@@ -250,14 +250,8 @@ def worker(name: str, small: bool, k_multi: int, node_limit: int, iter_limit: in
 def run_row(name: str, small: bool, k_multi: int, node_limit: int, iter_limit: int, repeat: int,
             rule_set: str = "full") -> dict:
     """``repeat`` fresh worker processes for one row; medians of their figures."""
-    reps = []
-    for _ in range(repeat):
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker",
-               json.dumps([name, small, k_multi, node_limit, iter_limit, rule_set])]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if out.returncode != 0:
-            raise RuntimeError(f"worker for {name} failed:\n{out.stderr[-2000:]}")
-        reps.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    reps = [_in_fresh_process("--worker", [name, small, k_multi, node_limit, iter_limit, rule_set])
+            for _ in range(repeat)]
     first = reps[0]
     for r in reps[1:]:  # the e-graph growth is deterministic: every repetition the same sizes
         if (r["ours"]["nodes_after"], r["ours"]["iterations"]) != (first["ours"]["nodes_after"],
@@ -319,13 +313,8 @@ def main(argv=None):
         ap.error("--repeat must be at least 1")
     if args.plan_replay:
         return _plan_replays(args, rule_sets, ks, limits)
-    results = []
-    for rule_set in rule_sets:
-        for name in zoo_models.model_names(args.models):
-            small = zoo_models.small_for(args, name)
-            for k in ks:
-                for limit in limits:
-                    results.append(_row(name, small, k, limit, args, rule_set))
+    results = [_row(name, small, k, limit, args, rule_set)
+               for rule_set, name, small, k, limit in _grid(args, rule_sets, ks, limits)]
     headers = ["rules", "model", "k", "limit", "ours e-nodes", "it", "stop", "ours s", "ours e-nodes/s",
                "egglog e-nodes", "added ours/egglog", "egglog s", "egglog e-nodes/s", "ours/egglog"]
     rows = []
@@ -341,30 +330,43 @@ def main(argv=None):
     compiled = sorted({r["compiled"] for r in results})
     text = tables.print_table(headers, rows, title=f"e-graph growth, medians of {args.repeat} fresh processes; "
                               f"planning modules compiled: {'/'.join('yes' if c else 'no' for c in compiled)}")
-    out = Path(args.out)
-    tables.write_json(out, dict(machine=tables.machine_info(), repeat=args.repeat, rows=results))
-    out.with_suffix(".log").write_text(text + "\n")
-    print(f"wrote {out.with_suffix('.log')}")
+    _write(Path(args.out), text, dict(machine=tables.machine_info(), repeat=args.repeat, rows=results))
     return results
 
 
-def _plan_replays(args, rule_sets, ks, limits) -> list[dict]:
-    """``--plan-replay``: one fresh process per row; table and JSON like the growth rows'."""
-    results = []
+def _grid(args, rule_sets, ks, limits):
+    """The rows asked for: (rule set, model, small, k_multi, node limit)."""
     for rule_set in rule_sets:
         for name in zoo_models.model_names(args.models):
             small = zoo_models.small_for(args, name)
             for k in ks:
                 for limit in limits:
-                    cmd = [sys.executable, str(Path(__file__).resolve()), "--plan-worker",
-                           json.dumps([name, small, k, limit, args.iter_limit, rule_set])]
-                    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-                    if out.returncode != 0:
-                        raise RuntimeError(f"plan replay of {name} failed:\n{out.stderr[-2000:]}")
-                    row = json.loads(out.stdout.strip().splitlines()[-1])
-                    print(f"[{rule_set}] {name} k_multi={k} limit={limit}: {row['plans']} plans in "
-                          f"{row['ms']:.2f} ms", flush=True)
-                    results.append(row)
+                    yield rule_set, name, small, k, limit
+
+
+def _in_fresh_process(flag: str, payload: list) -> dict:
+    """This script's ``flag`` worker on ``payload`` in a new process (cold caches); its JSON line."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), flag, json.dumps(payload)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"{flag} for {payload[0]} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _write(out: Path, text: str, payload: dict) -> None:
+    tables.write_json(out, payload)
+    out.with_suffix(".log").write_text(text + "\n")
+    print(f"wrote {out.with_suffix('.log')}")
+
+
+def _plan_replays(args, rule_sets, ks, limits) -> list[dict]:
+    """``--plan-replay``: one fresh process per row; table and JSON like the growth rows'."""
+    results = []
+    for rule_set, name, small, k, limit in _grid(args, rule_sets, ks, limits):
+        row = _in_fresh_process("--plan-worker", [name, small, k, limit, args.iter_limit, rule_set])
+        print(f"[{rule_set}] {name} k_multi={k} limit={limit}: {row['plans']} plans in {row['ms']:.2f} ms",
+              flush=True)
+        results.append(row)
     import relay_eqsat.rules.rule as planning
 
     compiled = not planning.__file__.endswith(".py")
@@ -372,10 +374,7 @@ def _plan_replays(args, rule_sets, ks, limits) -> list[dict]:
                               [[r["rules"], r["model"], r["k_multi"], r["node_limit"], r["plans"], r["ms"]]
                                for r in results],
                               title=f"planning alone; planning modules compiled: {'yes' if compiled else 'no'}")
-    out = Path(args.out)
-    tables.write_json(out, dict(machine=tables.machine_info(), compiled=compiled, plan_replay=results))
-    out.with_suffix(".log").write_text(text + "\n")
-    print(f"wrote {out.with_suffix('.log')}")
+    _write(Path(args.out), text, dict(machine=tables.machine_info(), compiled=compiled, plan_replay=results))
     return results
 
 

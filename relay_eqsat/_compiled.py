@@ -15,15 +15,14 @@ invisible to cProfile).
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.abc
 import importlib.machinery
-import importlib.util
 import json
 import os
 import sys
 import warnings
 from pathlib import Path
+
+# imported when needed (hashlib, importlib.abc/util): importing the package stays cheap
 
 MANIFEST = "_compiled_sources.json"  # {module: {"sha256", "size", "mtime_ns"}} of each source at build time
 PURE_ENV = "RELAY_EQSAT_PURE_PYTHON"
@@ -33,6 +32,8 @@ _state: dict = {}
 
 def source_record(path: Path) -> dict:
     """What the build records of a source file (and what it is compared with)."""
+    import hashlib
+
     data = path.read_bytes()
     st = path.stat()
     return {"sha256": hashlib.sha256(data).hexdigest(), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
@@ -72,8 +73,8 @@ def scan(root: Path, pure: bool = False) -> tuple[list[str], list[str]]:
             continue
         (stale if pure or not _fresh(src, rec) else compiled).append(module)
     # an extension module beside a source but without a record (built by hand, a manifest lost)
-    # is not trusted either
-    for ext in sorted(root.rglob("*.so")):
+    # is not trusted either; the package and its subpackages, one level (where modules live)
+    for ext in sorted(_extension_files(root)):
         src = ext.with_name(ext.name.split(".")[0] + ".py")
         module = ".".join(src.relative_to(root.parent).with_suffix("").parts)
         if module not in manifest and src.exists() and module not in stale:
@@ -81,8 +82,17 @@ def scan(root: Path, pure: bool = False) -> tuple[list[str], list[str]]:
     return compiled, stale
 
 
-class SourceFinder(importlib.abc.MetaPathFinder):
-    """Imports the named modules from their ``.py`` source, ahead of the compiled module beside it."""
+def _extension_files(root: Path):
+    dirs = [root] + [Path(e.path) for e in os.scandir(root) if e.is_dir() and (Path(e.path) / "__init__.py").exists()]
+    for d in dirs:
+        for e in os.scandir(d):
+            if e.name.endswith(".so") and e.is_file():
+                yield Path(e.path)
+
+
+class SourceFinder:
+    """A meta path finder: imports the named modules from their ``.py`` source, ahead of the
+    compiled module beside it."""
 
     def __init__(self, sources: dict[str, Path]):
         self.sources = sources
@@ -91,7 +101,12 @@ class SourceFinder(importlib.abc.MetaPathFinder):
         src = self.sources.get(fullname)
         if src is None:
             return None
+        import importlib.util
+
         return importlib.util.spec_from_file_location(fullname, src)
+
+    def invalidate_caches(self):
+        pass
 
 
 def prefer_fresh_sources() -> dict:
