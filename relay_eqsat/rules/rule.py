@@ -169,15 +169,16 @@ class Rule:
 
 _NO_ATTRS = Attrs()
 _NORMALIZE_CACHE: dict = {}  # (op, Attrs, input types) -> canonical Attrs
-_NODE_CACHE: dict = {}  # (op, the attribute dict's items as built, input types) -> (canonical Attrs, type)
+_NODE_CACHE: dict = {}  # (op, the attribute dict's items as built or an Attrs, input types) -> (canonical Attrs, type)
 _CACHE_SIZE = 200000
 
 
-def _typed_node(op: str, attrs: dict, input_types: tuple):
+def _typed_node(op: str, attrs, input_types: tuple):
     """A new node's canonical attributes and type: ``(_node_attrs(...), _infer(...))``.
 
-    Memoized on the items of ``attrs`` as the template built them (no
-    ``Attrs`` to build when they repeat; unhashable values skip this memo).
+    ``attrs``: a dict the template built, or a bound node's ``Attrs`` used as
+    they are. Memoized on the dict's items as built (no ``Attrs`` to build
+    when they repeat; unhashable values skip this memo), or on the ``Attrs``.
     Raises ShapeError like ``_node_attrs`` and ``_infer``."""
     try:
         key = (op, attrs if type(attrs) is Attrs else tuple(attrs.items()), input_types)
