@@ -58,6 +58,6 @@ setup(
                           compiler_directives={"boundscheck": False, "wraparound": False})
     + cythonize(py_extensions, language_level=3,
                 # Python semantics kept: annotations are not C types (a str subclass stays a str)
-                compiler_directives={"annotation_typing": False, "binding": True}),
+                compiler_directives={"annotation_typing": False}),
     cmdclass={"build_ext": BuildExt},
 )

@@ -223,7 +223,19 @@ def plan_replay(name: str, small: bool, k_multi: int, node_limit: int, iter_limi
         if again != [c[4] for c in calls]:
             raise RuntimeError(f"{name}: planning the same matches again gave other plans")
     return dict(model=name, small=small, rules=rule_set, k_multi=k_multi, node_limit=node_limit,
-                plans=len(calls), ms=1e3 * statistics.median(times))
+                plans=len(calls), ms=1e3 * statistics.median(times), compiled=_planning_compiled())
+
+
+def _planning_compiled() -> bool:
+    """Whether this process's rule planning runs compiled (its extension module) or from source."""
+    import relay_eqsat.rules.rule as planning
+
+    return not planning.__file__.endswith(".py")
+
+
+def _compiled_title(results: list[dict]) -> str:
+    return "planning modules compiled: " + "/".join("yes" if c else "no"
+                                                   for c in sorted({r["compiled"] for r in results}))
 
 
 def worker(name: str, small: bool, k_multi: int, node_limit: int, iter_limit: int, rule_set: str = "full") -> dict:
@@ -234,9 +246,7 @@ def worker(name: str, small: bool, k_multi: int, node_limit: int, iter_limit: in
                 nodes_per_second=rep.nodes_added / rep.total_time if rep.total_time else 0.0,
                 iterations=rep.iterations, stop_reason=rep.stop_reason, blacklisted=rep.blacklisted,
                 search=rep.search_time, apply=rep.apply_time, rebuild=rep.rebuild_time, filter=rep.filter_time)
-    import relay_eqsat.rules.rule as planning  # what ran: its extension module, or its source
-
-    row = dict(graph_nodes=len(graph), ours=ours, compiled=not planning.__file__.endswith(".py"))
+    row = dict(graph_nodes=len(graph), ours=ours, compiled=_planning_compiled())
     try:
         before, after, secs, its = run_egglog(graph, max(rep.iterations, 1), k_multi,
                                                node_limit - rep.nodes_before)
@@ -327,9 +337,8 @@ def main(argv=None):
                      f"{o['nodes_after'] - o['nodes_before']}/{e['nodes_after'] - e['nodes_before']}" if ok else "-",
                      e.get("seconds"), round(e["nodes_per_second"]) if ok else None,
                      r["ratio_ours_over_egglog"]])
-    compiled = sorted({r["compiled"] for r in results})
     text = tables.print_table(headers, rows, title=f"e-graph growth, medians of {args.repeat} fresh processes; "
-                              f"planning modules compiled: {'/'.join('yes' if c else 'no' for c in compiled)}")
+                              + _compiled_title(results))
     _write(Path(args.out), text, dict(machine=tables.machine_info(), repeat=args.repeat, rows=results))
     return results
 
@@ -367,14 +376,11 @@ def _plan_replays(args, rule_sets, ks, limits) -> list[dict]:
         print(f"[{rule_set}] {name} k_multi={k} limit={limit}: {row['plans']} plans in {row['ms']:.2f} ms",
               flush=True)
         results.append(row)
-    import relay_eqsat.rules.rule as planning
-
-    compiled = not planning.__file__.endswith(".py")
     text = tables.print_table(["rules", "model", "k", "limit", "plans", "ms (median, cold memos)"],
                               [[r["rules"], r["model"], r["k_multi"], r["node_limit"], r["plans"], r["ms"]]
                                for r in results],
-                              title=f"planning alone; planning modules compiled: {'yes' if compiled else 'no'}")
-    _write(Path(args.out), text, dict(machine=tables.machine_info(), compiled=compiled, plan_replay=results))
+                              title="planning alone; " + _compiled_title(results))
+    _write(Path(args.out), text, dict(machine=tables.machine_info(), plan_replay=results))
     return results
 
 

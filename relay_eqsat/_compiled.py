@@ -43,11 +43,6 @@ def _source_of(root: Path, module: str) -> Path:
     return root.parent.joinpath(*module.split(".")).with_suffix(".py")
 
 
-def _has_extension(source: Path) -> bool:
-    stem = source.name[:-3]
-    return any(source.with_name(stem + suffix).exists() for suffix in importlib.machinery.EXTENSION_SUFFIXES)
-
-
 def _fresh(source: Path, rec: dict) -> bool:
     try:
         st = source.stat()
@@ -67,27 +62,25 @@ def scan(root: Path, pure: bool = False) -> tuple[list[str], list[str]]:
     except (OSError, ValueError):
         manifest = {}
     compiled, stale = [], []
-    for module, rec in sorted(manifest.items()):
-        src = _source_of(root, module)
-        if not src.exists() or not _has_extension(src):
-            continue
-        (stale if pure or not _fresh(src, rec) else compiled).append(module)
-    # an extension module beside a source but without a record (built by hand, a manifest lost)
-    # is not trusted either; the package and its subpackages, one level (where modules live)
-    for ext in sorted(_extension_files(root)):
-        src = ext.with_name(ext.name.split(".")[0] + ".py")
-        module = ".".join(src.relative_to(root.parent).with_suffix("").parts)
-        if module not in manifest and src.exists() and module not in stale:
-            stale.append(module)
+    for module in sorted(_shadowed_sources(root)):
+        rec = manifest.get(module)
+        # an extension module without a record (built by hand, a manifest lost) is not trusted either
+        (stale if pure or rec is None or not _fresh(_source_of(root, module), rec) else compiled).append(module)
     return compiled, stale
 
 
-def _extension_files(root: Path):
+def _shadowed_sources(root: Path) -> set[str]:
+    """Modules of the package (and its subpackages, where modules live) with both a ``.py`` source
+    and an extension module beside it."""
     dirs = [root] + [Path(e.path) for e in os.scandir(root) if e.is_dir() and (Path(e.path) / "__init__.py").exists()]
+    found = set()
     for d in dirs:
         for e in os.scandir(d):
-            if e.name.endswith(".so") and e.is_file():
-                yield Path(e.path)
+            if e.is_file() and e.name.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
+                src = Path(e.path).with_name(e.name.split(".")[0] + ".py")
+                if src.exists():
+                    found.add(".".join(src.relative_to(root.parent).with_suffix("").parts))
+    return found
 
 
 class SourceFinder:
@@ -104,9 +97,6 @@ class SourceFinder:
         import importlib.util
 
         return importlib.util.spec_from_file_location(fullname, src)
-
-    def invalidate_caches(self):
-        pass
 
 
 def prefer_fresh_sources() -> dict:
