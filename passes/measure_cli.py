@@ -6,7 +6,8 @@ Collects the distinct kernel instances of each model (through the Relay
 frontend), measures those the cache lacks (progress bar, each result written
 as it comes), retrains the learned model of (target, backend) on every cached
 row and prints its held-out error (``--sweep N`` adds N kernels of a generic
-shape sweep to the models' kernels; ``--groups`` the models' fused groups, an
+shape sweep to the models' kernels, ``--sweep-large``, ``--sweep-heavy``,
+``--sweep-matvec`` and ``--sweep-small`` its tiers past that grid; ``--groups`` the models' fused groups, an
 anchor with its element-wise epilogue, from which what a fused element-wise
 op costs is learned). With ``--fit-fusion`` it also times each
 model whole and fits the fusion weights of the node cost to those runtimes
@@ -73,6 +74,15 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--sweep-large", type=int, default=0, metavar="N",
                    help="also measure N kernels of the sweep's high-resolution tier (convolutions and pools "
                         "on 112-224 px maps, up to 8 GFLOP each: VGG-style first stages, U-Nets)")
+    p.add_argument("--sweep-heavy", type=int, default=0, metavar="N",
+                   help="also measure N kernels of the sweep's heavy tier (convolutions of 2-8 GFLOP on 14-73 px "
+                        "maps: VGG's 256-512-channel layers, wide ResNets)")
+    p.add_argument("--sweep-matvec", type=int, default=0, metavar="N",
+                   help="also measure N kernels of the sweep's matrix-vector tier (dense layers of 1-4 rows on "
+                        "256-8192 widths: RNN cells, classifier heads, weights from cache or from memory)")
+    p.add_argument("--sweep-small", type=int, default=0, metavar="N",
+                   help="also measure N kernels of the sweep's small-kernel tier (convolutions, pools and dense "
+                        "layers of a few microseconds: 32 px inputs, RNN cells with small states)")
     p.add_argument("--sweep-seed", type=int, default=0, help="seed of the sweep's draw")
     p.add_argument("--groups", action="store_true",
                    help="also measure each model's fused groups (an anchor with the element-wise ops TVM "
@@ -179,8 +189,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"target {measurer.target}, backend {measurer.backend}, database {cache.path}")
 
     specs = [s.strip() for s in args.models.split(",") if s.strip()]
-    if args.sweep < 0 or args.sweep_large < 0:
-        print("relay-eqsat measure: --sweep and --sweep-large take a number of kernels >= 0", file=sys.stderr)
+    if min(args.sweep, args.sweep_large, args.sweep_heavy, args.sweep_matvec, args.sweep_small) < 0:
+        print("relay-eqsat measure: --sweep, --sweep-large, --sweep-heavy, --sweep-matvec and --sweep-small take "
+              "a number of kernels >= 0",
+              file=sys.stderr)
         return 2
     if args.retrain_shipped:
         return retrain_shipped(args, measurer, specs)
@@ -192,12 +204,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"{spec}: {len(graphs[spec])} nodes, "
               f"{len(instances_from_graph(graphs[spec]))} distinct kernels")
     instances = unique(i for g in graphs.values() for i in instances_from_graph(g))
-    if args.sweep:
-        instances = unique(instances + sweep_instances(args.sweep, args.sweep_seed))
-        print(f"with a sweep of {args.sweep} kernels: {len(instances)} distinct kernels")
-    if args.sweep_large:
-        instances = unique(instances + sweep_instances(args.sweep_large, args.sweep_seed, large=True))
-        print(f"with {args.sweep_large} high-resolution sweep kernels: {len(instances)} distinct kernels")
+    for n, tier, what in ((args.sweep, "default", "generic"), (args.sweep_large, "large", "high-resolution"),
+                          (args.sweep_heavy, "heavy", "heavy"), (args.sweep_matvec, "matvec", "matrix-vector"),
+                          (args.sweep_small, "small", "small-kernel")):
+        if n:
+            instances = unique(instances + sweep_instances(n, args.sweep_seed, tier=tier))
+            print(f"with {n} {what} sweep kernels: {len(instances)} distinct kernels")
     if args.groups:
         instances = unique(instances + [grp for g in graphs.values() for grp in fused_groups(g)])
         print(f"with the models' fused groups: {len(instances)} distinct kernels and groups")

@@ -636,13 +636,15 @@ def test_cli_measure_sweep_without_models(tmp_path, capsys):
     args = parser.parse_args(["measure", "--models", "", "--sweep", "2", "--sweep-seed", "1", "--limit", "2",
                               "--repeat", "2", "--min-repeat-ms", "1", "--no-train"])
     assert args.func(args) == 0
-    assert "with a sweep of 2 kernels: 2 distinct kernels" in capsys.readouterr().out
+    assert "with 2 generic sweep kernels: 2 distinct kernels" in capsys.readouterr().out
     cache = CostCache()
     assert cache.count(TARGET, "tvm-llvm") == 2
     for inst in sweep_instances(2, seed=1):
         assert cache.get(inst, TARGET, "tvm-llvm") is not None
     bad = parser.parse_args(["measure", "--models", "", "--sweep", "-1", "--no-train"])
     assert bad.func(bad) == 2 and "--sweep" in capsys.readouterr().err
+    bad = parser.parse_args(["measure", "--models", "", "--sweep-small", "-1", "--no-train"])
+    assert bad.func(bad) == 2 and "--sweep-small" in capsys.readouterr().err
 
 
 def test_read_whole_times(tmp_path):
@@ -782,19 +784,68 @@ def test_sweep_draws_distinct_canonical_kernels_under_the_cap_deterministically(
 
 
 def test_sweep_high_resolution_tier():
-    """``large=True`` draws convolutions and pools on 112-224 px maps up to LARGE_MAX_FLOPS (VGG-style
+    """``tier="large"`` draws convolutions and pools on 112-224 px maps up to LARGE_MAX_FLOPS (VGG-style
     first stages the default grid never reaches), deterministically; the default draw is unchanged by it."""
     from relay_eqsat.cost.analytic import op_flops_bytes
     from relay_eqsat.cost.sweep import LARGE, LARGE_KINDS, LARGE_MAX_FLOPS, MAPS, MAX_FLOPS, sweep_instances
 
-    big = sweep_instances(40, seed=0, large=True)
-    assert [i.key() for i in big] == [i.key() for i in sweep_instances(40, seed=0, large=True)]
+    big = sweep_instances(40, seed=0, tier="large")
+    assert [i.key() for i in big] == [i.key() for i in sweep_instances(40, seed=0, tier="large")]
     assert len({i.key() for i in big}) == 40 and {i.op for i in big} <= {"nn.conv2d", "nn.max_pool2d", "nn.avg_pool2d"}
     assert all(i.input_types[0].shape[2] in LARGE.maps for i in big)
     flops = [op_flops_bytes(i.op, i.attrs, i.input_types, i.out_type)[0] for i in big]
     assert max(flops) <= LARGE_MAX_FLOPS and max(flops) > MAX_FLOPS  # past the default grid's cap
     assert max(LARGE.maps) > max(MAPS) and abs(sum(LARGE_KINDS.values()) - 1) < 1e-9
     assert not {i.key() for i in big} & {i.key() for i in sweep_instances(40, seed=0)}
+
+
+def test_sweep_heavy_tier_is_above_the_default_cap():
+    """``tier="heavy"``: convolutions between the default grid's cap and the large tier's, on mid-size maps."""
+    from relay_eqsat.cost.analytic import op_flops_bytes
+    from relay_eqsat.cost.sweep import HEAVY, LARGE_MAX_FLOPS, MAX_FLOPS, sweep_instances
+
+    heavy = sweep_instances(30, seed=2, tier="heavy")
+    assert [i.key() for i in heavy] == [i.key() for i in sweep_instances(30, seed=2, tier="heavy")]
+    assert len({i.key() for i in heavy}) == 30 and {i.op for i in heavy} == {"nn.conv2d"}
+    assert all(i.input_types[0].shape[2] in HEAVY.maps and i.attrs["groups"] == 1 for i in heavy)
+    flops = [op_flops_bytes(i.op, i.attrs, i.input_types, i.out_type)[0] for i in heavy]
+    assert MAX_FLOPS < min(flops) and max(flops) <= LARGE_MAX_FLOPS
+
+
+def test_sweep_matvec_tier_spans_cache_and_memory():
+    """``tier="matvec"``: dense layers of a few rows whose weights range from cache-sized to memory-sized."""
+    from relay_eqsat.cost.sweep import MATVEC, sweep_instances
+
+    mv = sweep_instances(40, seed=0, tier="matvec")
+    assert len({i.key() for i in mv}) == 40 and {i.op for i in mv} == {"nn.dense"}
+    assert all(i.input_types[0].shape[0] in MATVEC.rows for i in mv)
+    weight_mb = [i.input_types[1].size * 4 / 2**20 for i in mv]
+    assert min(weight_mb) < 2 < 64 < max(weight_mb)  # below a core's L2 and well above any L3 slice
+
+
+def test_sweep_small_kernel_tier():
+    """``tier="small"`` draws kernels of at most SMALL_MAX_FLOPS on 2-32 px maps and dense layers of a few
+    rows (what the default grid, 7 px and 16 channels up, never reaches), canonical and deterministic;
+    an unknown tier is refused."""
+    from relay_eqsat import ops
+    from relay_eqsat.cost.analytic import op_flops_bytes
+    from relay_eqsat.cost.sweep import SMALL, SMALL_MAX_FLOPS, sweep_instances
+
+    small = sweep_instances(60, seed=0, tier="small")
+    assert [i.key() for i in small] == [i.key() for i in sweep_instances(60, seed=0, tier="small")]
+    assert len({i.key() for i in small}) == 60
+    assert {i.op for i in small} >= {"nn.dense", "nn.conv2d"} and {i.op for i in small} & {"nn.max_pool2d",
+                                                                                            "nn.avg_pool2d"}
+    for i in small:
+        assert i.attrs == ops.normalize_attrs(i.op, dict(i.attrs.items_tuple()), i.input_types)
+        assert op_flops_bytes(i.op, i.attrs, i.input_types, i.out_type)[0] <= SMALL_MAX_FLOPS
+        if i.op == "nn.dense":
+            assert i.input_types[0].shape[0] in SMALL.rows
+        else:
+            assert i.input_types[0].shape[2] in SMALL.maps
+    assert min(i.input_types[0].shape[2] for i in small if i.op != "nn.dense") < 7
+    with pytest.raises(ValueError, match="tier"):
+        sweep_instances(1, tier="huge")
 
 
 # -- the nearest shipped model for a CPU nobody measured ------------------------------------

@@ -9,8 +9,12 @@ from shapes of a different regime: BERT's 128-row dense layers from ViT's
 kernels of the anchors that carry the time of CNNs and transformers (dense,
 batch_matmul, convolutions: plain, strided, 1x1, grouped, depthwise, and
 the pools) from fixed grids of sizes common in real networks, seeded and
-deterministic, each kernel's work capped so the sweep measures in minutes.
-``relay-eqsat measure --sweep N`` measures them beside the models' kernels.
+deterministic, each kernel's work capped so the sweep measures in minutes; two more
+tiers reach past that grid: high-resolution convolutions (``"large"``),
+convolutions above its work cap (``"heavy"``), dense layers of a few rows
+(``"matvec"``) and kernels of a few microseconds (``"small"``). ``relay-eqsat
+measure --sweep N`` (``--sweep-large N``, ``--sweep-heavy N``, ``--sweep-matvec
+N``, ``--sweep-small N``) measures them beside the models' kernels.
 
 No TVM here: the instances are ``OpInstance``s with canonical attributes
 and inferred output types, measured by the ``Measurer`` like any other.
@@ -44,7 +48,7 @@ MAX_FLOPS = 2e9
 KINDS = {"dense": 0.25, "batch_matmul": 0.15, "conv": 0.35, "conv1x1": 0.1, "depthwise": 0.07,
          "grouped": 0.04, "pool": 0.04}
 
-#: the high-resolution tier (``large=True``): the first stages of VGG-style networks, U-Nets and
+#: the high-resolution tier (``tier="large"``): the first stages of VGG-style networks, U-Nets and
 #: detection backbones run convolutions on 150-224 px maps, 2-8 GFLOP each, which the grid above
 #: neither reaches (maps up to 112) nor admits (MAX_FLOPS); VGG-19's were predicted 32% too slow
 #: from the smaller ones (held out)
@@ -52,6 +56,33 @@ LARGE_CHANNELS = (3, 16, 24, 32, 48, 64, 96, 128)
 LARGE_MAPS = (112, 128, 150, 160, 192, 224)
 LARGE_MAX_FLOPS = 8e9
 LARGE_KINDS = {"conv": 0.55, "conv1x1": 0.2, "depthwise": 0.15, "pool": 0.1}
+
+#: the heavy tier (``tier="heavy"``): convolutions of 2-8 GFLOP on 14-73 px maps (VGG's 3x3 layers on
+#: 256-512 channels, wide ResNets), above the default grid's cap and below the high-resolution tier's
+#: maps; with only the zoo's own such layers to learn from, VGG-19's were predicted 19-27% too slow
+#: (held out)
+HEAVY_CHANNELS = (128, 192, 256, 320, 384, 448, 512, 640, 768, 1024)
+HEAVY_MAPS = (14, 17, 28, 35, 56, 73)
+HEAVY_KINDS = {"conv": 0.75, "conv1x1": 0.25}
+
+#: the matrix-vector tier (``tier="matvec"``): dense layers of 1-4 rows (RNN cells, classifier heads,
+#: batch-1 decoding), whose time is their weights read once: from cache when they fit, from memory when
+#: not, a regime of weight sizes the default grid samples at a few points (one row in twelve); held out,
+#: NasRNN's 512x512 and VGG-19's 4096-wide layers were predicted 1.9-2.4x too slow
+MATVEC_ROWS = (1, 1, 2, 4)
+MATVEC_WIDTHS = (256, 512, 768, 1000, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
+
+#: the small-kernel tier (``tier="small"``): convolutions, pools and dense layers of a few microseconds
+#: each (networks on 32 px inputs, the last stages of mobile networks, RNN cells with small states), where
+#: a kernel's fixed cost per call is a large part of its time; the default grid starts at maps of 7 px and
+#: 16 channels, and the small NasNet-A's 2-8 px, 8-32 channel kernels were predicted 20-40% too fast from
+#: the other models' (held out)
+SMALL_CHANNELS = (3, 4, 8, 12, 16, 24, 32, 40, 48, 64, 80, 96)
+SMALL_MAPS = (2, 4, 7, 8, 14, 16, 28, 32)
+SMALL_ROWS = (1, 2, 4, 8, 16, 32)
+SMALL_WIDTHS = (16, 32, 64, 128, 256, 512)
+SMALL_MAX_FLOPS = 5e7
+SMALL_KINDS = {"dense": 0.15, "conv": 0.25, "conv1x1": 0.2, "depthwise": 0.15, "grouped": 0.05, "pool": 0.2}
 
 F32 = "float32"
 
@@ -63,7 +94,7 @@ def _conv(x: TensorType, w: tuple[int, ...], stride: int, pad: int, groups: int 
 
 
 def _dense(r: random.Random, grid: Grid) -> OpInstance:
-    m, k, n = r.choice(ROWS), r.choice(WIDTHS), r.choice(WIDTHS)
+    m, k, n = r.choice(grid.rows), r.choice(grid.widths), r.choice(grid.widths)
     ins = [TensorType((m, k), F32), TensorType((n, k), F32)]
     return OpInstance.make("nn.dense", ops.normalize_attrs("nn.dense", {}, ins), ins)
 
@@ -79,13 +110,27 @@ def _batch_matmul(r: random.Random, grid: Grid) -> OpInstance:
 
 @dataclass(frozen=True)
 class Grid:
-    """The sizes convolutions and pools are drawn from."""
+    """One tier of the sweep: the sizes its kernels are drawn from, each kind's share, the work cap."""
 
     channels: tuple[int, ...] = CHANNELS
     maps: tuple[int, ...] = MAPS
+    kinds: tuple[tuple[str, float], ...] = tuple(KINDS.items())
+    max_flops: float = MAX_FLOPS
+    rows: tuple[int, ...] = ROWS
+    widths: tuple[int, ...] = WIDTHS
+    conv_kernels: tuple[int, ...] = (3, 3, 3, 5, 7)
+    depthwise_kernels: tuple[int, ...] = (3, 3, 5)
+    min_flops: float = 0.0  # a draw with no more work is drawn again (a tier above another's cap)
 
 
-LARGE = Grid(LARGE_CHANNELS, LARGE_MAPS)
+LARGE = Grid(LARGE_CHANNELS, LARGE_MAPS, tuple(LARGE_KINDS.items()), LARGE_MAX_FLOPS)
+HEAVY = Grid(HEAVY_CHANNELS, HEAVY_MAPS, tuple(HEAVY_KINDS.items()), LARGE_MAX_FLOPS, min_flops=MAX_FLOPS)
+MATVEC = Grid(kinds=(("dense", 1.0),), rows=MATVEC_ROWS, widths=MATVEC_WIDTHS)
+SMALL = Grid(SMALL_CHANNELS, SMALL_MAPS, tuple(SMALL_KINDS.items()), SMALL_MAX_FLOPS, SMALL_ROWS, SMALL_WIDTHS,
+             conv_kernels=(3, 3, 5, 7), depthwise_kernels=(3, 5, 7))
+
+#: the tiers ``sweep_instances`` draws from, by name (``relay-eqsat measure --sweep[-large|-heavy|-matvec|-small]``)
+TIERS = {"default": Grid(), "large": LARGE, "heavy": HEAVY, "matvec": MATVEC, "small": SMALL}
 
 
 def _feature_map(r: random.Random, grid: Grid) -> tuple[int, int]:
@@ -95,7 +140,7 @@ def _feature_map(r: random.Random, grid: Grid) -> tuple[int, int]:
 
 def _plain_conv(r: random.Random, grid: Grid) -> OpInstance:
     c, h = _feature_map(r, grid)
-    k = r.choice((3, 3, 3, 5, 7))
+    k = r.choice(grid.conv_kernels)
     stride = r.choice((1, 1, 1, 2))
     return _conv(TensorType((1, c, h, h), F32), (r.choice(grid.channels), c, k, k), stride, k // 2)
 
@@ -107,7 +152,7 @@ def _conv1x1(r: random.Random, grid: Grid) -> OpInstance:
 
 def _depthwise(r: random.Random, grid: Grid) -> OpInstance:
     c, h = _feature_map(r, grid)
-    k = r.choice((3, 3, 5))
+    k = r.choice(grid.depthwise_kernels)
     return _conv(TensorType((1, c, h, h), F32), (c, 1, k, k), r.choice((1, 1, 2)), k // 2, groups=c)
 
 
@@ -133,18 +178,19 @@ DRAW: dict[str, Callable[[random.Random, Grid], OpInstance]] = {
     "depthwise": _depthwise, "grouped": _grouped, "pool": _pool}
 
 
-def sweep_instances(n: int, seed: int = 0, max_flops: float | None = None, large: bool = False) -> list[OpInstance]:
-    """``n`` distinct kernel instances drawn from the grids above (shares ``KINDS``; with ``large``
-    the high-resolution tier: ``LARGE`` and ``LARGE_KINDS``), deterministic for a seed; a draw with
-    more than ``max_flops`` FLOPs (default ``MAX_FLOPS``, ``LARGE_MAX_FLOPS``), or whose shapes do
-    not type, is drawn again."""
+def sweep_instances(n: int, seed: int = 0, max_flops: float | None = None, tier: str = "default") -> list[OpInstance]:
+    """``n`` distinct kernel instances drawn from one tier of ``TIERS`` (its grid and its kinds'
+    shares), deterministic for a seed; a draw with more than ``max_flops`` FLOPs (default: the tier's
+    cap), no more than the tier's ``min_flops``, or whose shapes do not type, is drawn again."""
     if n < 0:
         raise ValueError("the sweep size must be >= 0")
+    if tier not in TIERS:
+        raise ValueError(f"unknown sweep tier {tier!r} (one of {', '.join(TIERS)})")
     r = random.Random(seed)
-    grid, shares = (LARGE, LARGE_KINDS) if large else (Grid(), KINDS)
+    grid = TIERS[tier]
     if max_flops is None:
-        max_flops = LARGE_MAX_FLOPS if large else MAX_FLOPS
-    kinds, weights = list(shares), list(shares.values())
+        max_flops = grid.max_flops
+    kinds, weights = [k for k, _ in grid.kinds], [w for _, w in grid.kinds]
     out: dict[tuple, OpInstance] = {}
     tries = 0
     while len(out) < n:
@@ -156,7 +202,7 @@ def sweep_instances(n: int, seed: int = 0, max_flops: float | None = None, large
         except ops.ShapeError:
             continue
         flops, _ = op_flops_bytes(inst.op, inst.attrs, inst.input_types, inst.out_type)
-        if flops > max_flops:
+        if flops > max_flops or flops <= grid.min_flops:
             continue
         out.setdefault(inst.key(), inst)
     return list(out.values())
