@@ -52,6 +52,21 @@ from . import zoo
 from .relay import from_relay
 
 
+#: the sweep's flags: (flag, tier of ``relay_eqsat.cost.sweep.TIERS``, what it is, what it draws)
+SWEEP_FLAGS = (
+    ("--sweep", "default", "generic", "dense, batch_matmul, convolutions, pools up to 2 GFLOP, so that models never "
+     "measured are predicted from nearby shapes; 240 take about 5 minutes on one core"),
+    ("--sweep-large", "large", "high-resolution", "convolutions and pools on 112-224 px maps, up to 8 GFLOP each: "
+     "VGG-style first stages, U-Nets"),
+    ("--sweep-heavy", "heavy", "heavy", "convolutions of 2-8 GFLOP on 14-73 px maps: VGG's 256-512-channel layers, "
+     "wide ResNets"),
+    ("--sweep-matvec", "matvec", "matrix-vector", "dense layers of 1-4 rows on 256-8192 widths: RNN cells, "
+     "classifier heads, weights from cache or from memory"),
+    ("--sweep-small", "small", "small-kernel", "convolutions, pools and dense layers of a few microseconds: 32 px "
+     "inputs, RNN cells with small states"),
+)
+
+
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the ``measure`` subcommand to an ``argparse`` subparsers object."""
     p = subparsers.add_parser(
@@ -67,22 +82,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--saturate", type=int, default=0, metavar="NODES",
                    help="also measure the kernels of rewritten variants: every e-node of each model's "
                         "e-graph grown by the TENSAT scheduler (default rules, k_multi=1) up to NODES e-nodes")
-    p.add_argument("--sweep", type=int, default=0, metavar="N",
-                   help="also measure N kernels of a generic shape sweep (dense, batch_matmul, convolutions, "
-                        "pools; relay_eqsat.cost.sweep), so that models never measured are predicted from "
-                        "nearby shapes (240 take about 5 minutes on one core)")
-    p.add_argument("--sweep-large", type=int, default=0, metavar="N",
-                   help="also measure N kernels of the sweep's high-resolution tier (convolutions and pools "
-                        "on 112-224 px maps, up to 8 GFLOP each: VGG-style first stages, U-Nets)")
-    p.add_argument("--sweep-heavy", type=int, default=0, metavar="N",
-                   help="also measure N kernels of the sweep's heavy tier (convolutions of 2-8 GFLOP on 14-73 px "
-                        "maps: VGG's 256-512-channel layers, wide ResNets)")
-    p.add_argument("--sweep-matvec", type=int, default=0, metavar="N",
-                   help="also measure N kernels of the sweep's matrix-vector tier (dense layers of 1-4 rows on "
-                        "256-8192 widths: RNN cells, classifier heads, weights from cache or from memory)")
-    p.add_argument("--sweep-small", type=int, default=0, metavar="N",
-                   help="also measure N kernels of the sweep's small-kernel tier (convolutions, pools and dense "
-                        "layers of a few microseconds: 32 px inputs, RNN cells with small states)")
+    for flag, tier, what, helptext in SWEEP_FLAGS:
+        p.add_argument(flag, type=int, default=0, metavar="N",
+                       help=f"also measure N kernels of the sweep's {what} tier ({helptext})")
     p.add_argument("--sweep-seed", type=int, default=0, help="seed of the sweep's draw")
     p.add_argument("--groups", action="store_true",
                    help="also measure each model's fused groups (an anchor with the element-wise ops TVM "
@@ -189,9 +191,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"target {measurer.target}, backend {measurer.backend}, database {cache.path}")
 
     specs = [s.strip() for s in args.models.split(",") if s.strip()]
-    if min(args.sweep, args.sweep_large, args.sweep_heavy, args.sweep_matvec, args.sweep_small) < 0:
-        print("relay-eqsat measure: --sweep, --sweep-large, --sweep-heavy, --sweep-matvec and --sweep-small take "
-              "a number of kernels >= 0",
+    sweeps = [(getattr(args, flag[2:].replace("-", "_")), flag, tier, what) for flag, tier, what, _ in SWEEP_FLAGS]
+    if any(n < 0 for n, *_ in sweeps):
+        print(f"relay-eqsat measure: {', '.join(flag for _, flag, _, _ in sweeps)} take a number of kernels >= 0",
               file=sys.stderr)
         return 2
     if args.retrain_shipped:
@@ -204,9 +206,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{spec}: {len(graphs[spec])} nodes, "
               f"{len(instances_from_graph(graphs[spec]))} distinct kernels")
     instances = unique(i for g in graphs.values() for i in instances_from_graph(g))
-    for n, tier, what in ((args.sweep, "default", "generic"), (args.sweep_large, "large", "high-resolution"),
-                          (args.sweep_heavy, "heavy", "heavy"), (args.sweep_matvec, "matvec", "matrix-vector"),
-                          (args.sweep_small, "small", "small-kernel")):
+    for n, _, tier, what in sweeps:
         if n:
             instances = unique(instances + sweep_instances(n, args.sweep_seed, tier=tier))
             print(f"with {n} {what} sweep kernels: {len(instances)} distinct kernels")

@@ -145,3 +145,57 @@ def test_extractor_extracts_a_tensor_graph_from_an_egraph():
     eg, root, _ = run_mcts(seed=0)
     graph, cost = get_extractor("ilp-acyc").extract(eg, root, size_cost, time_limit=10)
     assert cost == 1.0 and graph[graph.output].op == "var"
+
+
+class _TrapEnv:
+    """A synthetic search problem: from cost 10, rule 0 grabs 2 at once and ends the search (the node
+    limit); rule 1 gains 0.5 and opens rule 2, which gains 3.5 more; rules 3-9 change the state and gain
+    nothing. Any two steps reach the limit. Most rollouts after rule 1 pick a useless rule, so rule 1's
+    average return is below rule 0's while the best sequence starts with it."""
+
+    actions = list(range(10))
+
+    def clone(self, state):
+        return list(state)
+
+    def apply(self, state, action):
+        if self.at_limit(state) or action in state:
+            return False
+        state.append(action)
+        return True
+
+    def applicable(self, state, action):
+        return action not in state
+
+    def at_limit(self, state):
+        return 0 in state or len(state) >= 2
+
+    def size(self, state):
+        return len(state)
+
+    def cost(self, state):
+        c = 10.0
+        if 0 in state:
+            c -= 2.0
+        if 1 in state:
+            c -= 0.5
+            if 2 in state:
+                c -= 3.5
+        return c
+
+    def fingerprint(self, state):
+        return tuple(state)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_first_rule_is_chosen_by_the_best_return_found_below_it(seed):
+    """Max backup: the root's child is picked by the best return found in its subtree, not by the
+    average, which the useless rollouts after rule 1 drag below rule 0's immediate gain."""
+    env = _TrapEnv()
+    mcts = MCTS(env, MCTSOptions(budget=64, max_sim_steps=2, seed=seed))
+    mcts.deadline = float("inf")
+    root = mcts._node([], None, None)
+    best = mcts.search(root, 64, float("inf"))
+    grab, prepare = root.children[0], root.children[1]
+    assert grab.value / grab.visits > prepare.value / prepare.visits  # the trap: averages favour rule 0
+    assert prepare.best > grab.best and best is prepare

@@ -9,10 +9,11 @@ from shapes of a different regime: BERT's 128-row dense layers from ViT's
 kernels of the anchors that carry the time of CNNs and transformers (dense,
 batch_matmul, convolutions: plain, strided, 1x1, grouped, depthwise, and
 the pools) from fixed grids of sizes common in real networks, seeded and
-deterministic, each kernel's work capped so the sweep measures in minutes; two more
-tiers reach past that grid: high-resolution convolutions (``"large"``),
-convolutions above its work cap (``"heavy"``), dense layers of a few rows
-(``"matvec"``) and kernels of a few microseconds (``"small"``). ``relay-eqsat
+deterministic, each kernel's work capped so the sweep measures in minutes.
+Four more tiers reach past that grid, each a regime it draws rarely or
+never and where held-out validation missed: high-resolution convolutions
+(``"large"``), convolutions above its work cap (``"heavy"``), dense layers of
+a few rows (``"matvec"``) and kernels of a few microseconds (``"small"``). ``relay-eqsat
 measure --sweep N`` (``--sweep-large N``, ``--sweep-heavy N``, ``--sweep-matvec
 N``, ``--sweep-small N``) measures them beside the models' kernels.
 
