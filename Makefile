@@ -13,8 +13,19 @@ DEMO_MODEL ?= zoo:nasrnn
 PYTEST_ARGS ?=
 # bench scripts run by `make bench`, in order; BENCH_ARGS go to each (e.g. "--small --models squeezenet,bert").
 # NasNet-A runs at its small size by default: TVM takes over 12 minutes to build the full model on 2 cores.
-BENCH_SCRIPTS := egraph_throughput extraction cost_accuracy foreign_models simplify_copies mcts_vs_tensat end_to_end real_models
+BENCH_SCRIPTS ?= egraph_throughput extraction cost_accuracy foreign_models simplify_copies mcts_vs_tensat end_to_end real_models
 BENCH_ARGS ?= --small-models nasnet_a
+# Each script's own arguments after BENCH_ARGS: the README's issue-15 tables. cost_accuracy judges the
+# model with every kernel predicted (learned), whole graphs held out and single-rule pairs; real_models
+# times the real-model set and the whole zoo, TVM opt_level 3 against the pass's defaults.
+BENCH_ARGS_cost_accuracy ?= --kinds learned,auto,analytic --held-out --small-pairs --max-pairs 6 --repeat 15 \
+	--rounds 10 --min-repeat-ms 200
+BENCH_ARGS_real_models ?= --variants opt3,default \
+	--zoo vit,inception_v3,squeezenet,nasnet_a,nasrnn,bert,mobilenet_v2,resnet50,resnet50_full,resnext50,vgg19
+# Where the scripts write their JSON and logs (one folder per run keeps a run's tables together).
+BENCH_OUT ?= bench/results
+# pytest arguments of the slow checks run first ('' skips them).
+BENCH_PYTEST ?= -m slow
 
 .PHONY: demo test bench venv ext clean
 
@@ -41,9 +52,12 @@ test: $(EXT_STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: $(EXT_STAMP)
-	$(PY) -m pytest -q -m slow
-	mkdir -p bench/results
-	for b in $(BENCH_SCRIPTS); do echo "== bench/$$b.py $(BENCH_ARGS)"; $(PY) bench/$$b.py $(BENCH_ARGS) || exit 1; done
+	$(if $(strip $(BENCH_PYTEST)),$(PY) -m pytest -q $(BENCH_PYTEST))
+	mkdir -p $(BENCH_OUT)
+	set -o pipefail; $(foreach b,$(BENCH_SCRIPTS),\
+	echo "== $$(date '+%F %T') bench/$(b).py $(BENCH_ARGS) $(BENCH_ARGS_$(b)) --out $(BENCH_OUT)/$(b).json"; \
+	$(PY) bench/$(b).py $(BENCH_ARGS) $(BENCH_ARGS_$(b)) --out $(BENCH_OUT)/$(b).json 2>&1 | tee $(BENCH_OUT)/$(b).log || exit 1;)\
+	echo "== $$(date '+%F %T') done"
 
 clean:
 	rm -rf build *.egg-info relay_eqsat/egraph/*.c relay_eqsat/egraph/*.so relay_eqsat/extract/*.c \
