@@ -22,8 +22,11 @@ BENCH_ARGS_cost_accuracy ?= --kinds learned,auto,analytic --held-out --small-pai
 	--rounds 10 --min-repeat-ms 200
 BENCH_ARGS_real_models ?= --variants opt3,default \
 	--zoo vit,inception_v3,squeezenet,nasnet_a,nasrnn,bert,mobilenet_v2,resnet50,resnet50_full,resnext50,vgg19
-# Where the scripts write their JSON and logs (one folder per run keeps a run's tables together).
-BENCH_OUT ?= bench/results
+# Where the scripts write their JSON and logs: a new folder per run (a run's tables stay together and
+# no earlier result the README cites is overwritten); set BENCH_OUT to choose one.
+ifndef BENCH_OUT
+BENCH_OUT := bench/results/bench_$(shell date +%Y%m%d_%H%M%S)
+endif
 # pytest arguments of the slow checks run first ('' skips them).
 BENCH_PYTEST ?= -m slow
 
