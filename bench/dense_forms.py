@@ -76,12 +76,10 @@ def form_module(form: str, x_shape: tuple[int, int], weight: np.ndarray):
     return tvm.IRModule.from_expr(relay.Function([x], y))
 
 
-def max_rel_error(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.max(np.abs(a - b)) / max(1.0, float(np.max(np.abs(a)))))
-
-
 def run_shape(shape: tuple[int, int, int], forms: list[str], args) -> dict:
     import runtime_stats
+
+    from relay_eqsat.passes.runtime import output_error
 
     m, k, n = shape
     rng = np.random.default_rng(0)
@@ -90,10 +88,10 @@ def run_shape(shape: tuple[int, int, int], forms: list[str], args) -> dict:
     built = {f: runtime_stats.build_module(form_module(f, (m, k), weight), {"x": x}) for f in forms}
     timings = runtime_stats.time_built(built, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
                                        rounds=args.rounds)
-    ref = built["dense"].outputs[0]
+    ref = built["dense"].outputs
     row = {"M": m, "K": k, "N": n, "gflop": 2 * m * k * n / 1e9, "forms": {}}
     for f in forms:
-        err = max_rel_error(ref, built[f].outputs[0])
+        err = output_error(ref, built[f].outputs)[0]
         row["forms"][f] = dict(timings[f].to_dict(), max_rel_error=err, ok=err <= RTOL,
                                over_dense=timings[f].median / timings["dense"].median)
     return row
