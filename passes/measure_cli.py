@@ -64,6 +64,8 @@ SWEEP_FLAGS = (
      "classifier heads, weights from cache or from memory"),
     ("--sweep-small", "small", "small-kernel", "convolutions, pools and dense layers of a few microseconds: 32 px "
      "inputs, RNN cells with small states"),
+    ("--sweep-columns", "columns", "output-column", "dense layers whose output width x86 blocks well or badly "
+     "(N = 24, 48, 197, 1000...), tall ones too: swapped operands, classifier heads"),
 )
 
 

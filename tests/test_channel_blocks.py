@@ -324,15 +324,40 @@ def test_schedule_efficiency_blocks_and_tiles():
     assert _eff(_dense(197), lanes=None) == 1.0 and _eff(_wide_conv(71), lanes=None) == 1.0
 
 
+def test_dense_column_blocks():
+    """A dense's output columns are blocked by their largest divisor up to twice the lanes (TVM's
+    _default_dense_pack_config): multiples of the lanes run at full speed, smaller blocks in partial
+    vectors, blocks between the lanes and twice them (N = 1000: 25) far slower, less so on few rows."""
+    from relay_eqsat.cost.simd import column_block, column_efficiency, row_tile
+
+    blocks = {n: column_block(*_args(_dense(128, n=n)), 16) for n in (3072, 1000, 48, 49, 197, 224, 64, 16)}
+    assert blocks == {3072: 32, 1000: 25, 48: 24, 49: 7, 197: 1, 224: 32, 64: 32, 16: 16}
+    assert column_block(*_args(_dense(128, n=48)), 8) == 16  # AVX2: blocks up to 16
+    assert column_block(*_args(_dense(128, n=48)), None) is None
+    conv = _wide_conv(72)
+    assert column_block(conv.op, conv.attrs, conv.input_types, 16) is None
+    eff = {n: _eff(_dense(128, n=n)) for n in (1024, 1000, 48, 49, 197)}
+    assert eff[1024] == 1.0 and eff[1000] < eff[197] < eff[49] < 1.0
+    assert eff[1000] == pytest.approx(0.02) and eff[48] == eff[1000]
+    # the split-block slowdown shrinks with the row tile (measured 0.02 at 8 rows, 0.13 at 2)
+    assert column_efficiency(25, 8, 16) < column_efficiency(25, 2, 16) < column_efficiency(25, 1, 16) <= 1.0
+    assert [row_tile(*_args(_dense(m))) for m in (8, 2)] == [8, 2]
+    # baseline v2's efficiency leaves the column blocks out
+    from relay_eqsat.cost.simd import schedule_efficiency
+    d = _dense(128, n=1000)
+    assert schedule_efficiency(d.op, d.attrs, d.input_types, d.out_type, 16, columns=False) == 1.0
+
+
 @pytest.mark.parametrize("kind", ["auto", "learned", "analytic"])
 def test_cost_models_price_padding_to_the_tile_cheaper(kind):
-    """ViT's 197-token dense (measured 64.9 ms) against the same on 200 rows (11.3 ms), and
-    Inception-v3's 71-wide conv against the 72-wide one that replaces it: dearer on x86,
-    unchanged on a GPU target."""
+    """ViT's 197-token dense (measured 64.9 ms) against the same on 200 rows (11.3 ms),
+    Inception-v3's 71-wide conv against the 72-wide one that replaces it, and a 1000-wide dense
+    on 128 rows (57.2 ms) against a 1024-wide one (1.23 ms): dearer on x86."""
     for target in AVX512_TARGETS + AVX2_TARGETS:
         cm = CostModel(kind, target=target)
         try:
-            for odd, padded in ((_dense(197), _dense(200)), (_wide_conv(71), _wide_conv(72))):
+            for odd, padded in ((_dense(197), _dense(200)), (_wide_conv(71), _wide_conv(72)),
+                                (_dense(128, n=1000), _dense(128, n=1024))):
                 assert cm.kernel_cost(odd.op, odd.attrs, odd.input_types, odd.out_type) > \
                     1.5 * cm.kernel_cost(padded.op, padded.attrs, padded.input_types, padded.out_type), (kind, target)
         finally:

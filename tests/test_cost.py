@@ -823,6 +823,25 @@ def test_sweep_matvec_tier_spans_cache_and_memory():
     assert min(weight_mb) < 2 < 64 < max(weight_mb)  # below a core's L2 and well above any L3 slice
 
 
+def test_sweep_columns_tier_draws_every_kind_of_column_block():
+    """``tier="columns"``: dense layers whose output widths x86 blocks in full vectors, partial ones
+    and split ones (``simd.column_block``), tall ones among them (a swapped dense), under its cap."""
+    from relay_eqsat.cost.analytic import op_flops_bytes
+    from relay_eqsat.cost.simd import column_block
+    from relay_eqsat.cost.sweep import COLUMN_MAX_FLOPS, COLUMNS, sweep_instances
+
+    cols = sweep_instances(60, seed=0, tier="columns")
+    assert [i.key() for i in cols] == [i.key() for i in sweep_instances(60, seed=0, tier="columns")]
+    assert len({i.key() for i in cols}) == 60 and {i.op for i in cols} == {"nn.dense"}
+    assert all(i.input_types[1].shape[0] in COLUMNS.columns and i.input_types[0].shape[0] in COLUMNS.rows
+               for i in cols)
+    assert all(op_flops_bytes(i.op, i.attrs, i.input_types, i.out_type)[0] <= COLUMN_MAX_FLOPS for i in cols)
+    blocks = [column_block(i.op, i.attrs, i.input_types, 16) for i in cols]
+    assert {b % 16 == 0 for b in blocks} == {True, False}
+    assert any(16 < b < 32 for b in blocks) and any(b < 16 for b in blocks)
+    assert max(i.input_types[0].shape[0] for i in cols) >= 1024  # tall: M in the thousands
+
+
 def test_sweep_small_kernel_tier():
     """``tier="small"`` draws kernels of at most SMALL_MAX_FLOPS on 2-32 px maps and dense layers of a few
     rows (what the default grid, 7 px and 16 channels up, never reaches), canonical and deterministic;

@@ -86,16 +86,19 @@ _LOG_BYTES = FEATURE_NAMES.index("log_bytes")
 
 #: what the trees of a model predict the log-ratio to (models without it predict log-seconds):
 #: v2 is v1's roofline time divided by the schedule efficiency (``simd.schedule_efficiency``: channel lanes,
-#: width blocks, row tiles of TVM's x86 fallback schedules; as ``AnalyticModel.kernel_cost``)
-BASELINE = "roofline-cpu-v2"
+#: width blocks, row tiles of TVM's x86 fallback schedules; as ``AnalyticModel.kernel_cost``); v3 also
+#: counts a dense's output-column block (``simd.column_block``). Models of each stay readable.
+BASELINE = "roofline-cpu-v3"
+BASELINE_V2 = "roofline-cpu-v2"
 BASELINE_V1 = "roofline-cpu-v1"
 _BASELINE_MODEL = AnalyticModel()  # fixed constants, never the environment's: a model must not move
 
 
-def lane_efficiencies(instances: Sequence[OpInstance], lanes: int | None) -> np.ndarray:
-    """``simd.schedule_efficiency`` of each instance on a CPU of ``lanes`` fp32 lanes."""
-    return np.array([schedule_efficiency(i.op, i.attrs, i.input_types, i.out_type, lanes) for i in instances],
-                    dtype=np.float64)
+def lane_efficiencies(instances: Sequence[OpInstance], lanes: int | None, columns: bool = True) -> np.ndarray:
+    """``simd.schedule_efficiency`` of each instance on a CPU of ``lanes`` fp32 lanes (``columns``
+    False: without dense's column blocks, as baseline v2)."""
+    return np.array([schedule_efficiency(i.op, i.attrs, i.input_types, i.out_type, lanes, columns=columns)
+                     for i in instances], dtype=np.float64)
 
 
 def baseline(instances: Sequence[OpInstance], lanes: int | None = None) -> np.ndarray:
@@ -452,9 +455,9 @@ class LearnedCostModel:
         X = feature_matrix(instances)
         t = np.exp(self.ensemble.predict(X))
         kind = self.meta.get("baseline")
-        if kind == BASELINE:
+        if kind in (BASELINE, BASELINE_V2):
             lanes = simd_lanes(target if target is not None else self.target)
-            return t * _baseline_of(X, lane_efficiencies(instances, lanes))
+            return t * _baseline_of(X, lane_efficiencies(instances, lanes, columns=kind == BASELINE))
         return t * _baseline_of(X) if kind == BASELINE_V1 else t
 
     def predict_one(self, op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type,

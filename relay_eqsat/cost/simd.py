@@ -33,6 +33,18 @@ The same fallback schedules tile other dimensions by divisors too, and
   tiles, 768->3072 in 64.9 ms against 11.3 ms on 200 rows (0.17 of the speed),
   768->768 0.35, 65 rows 0.30, 50 rows (2-row tiles) 0.73; fitted
   ``(tile / 8) ** 0.6``.
+- the same config blocks the output columns (``N``, the weight's rows) by their
+  largest divisor up to twice the lanes (32 with AVX-512), the packed weight's
+  inner width: a block that is a multiple of the lanes runs at full speed, one
+  below the lanes in partial vectors (``N`` = 49, block 7: 0.35; 197, block 1:
+  0.06), and one between (24, 25, 28: N = 48, 1000, 196...) ~50x slower at
+  8-row tiles, 3.4 GFLOP/s against ~170 (128 rows, 768 -> N; the slowdown
+  shrinks with the row tile: 0.04 at 4 rows, 0.13 at 2, 0.25 on 197 rows;
+  one-row layers, memory-bound, lose only 20-35%). Fitted ``(block / lanes)
+  ** 1.1`` below the lanes and ``0.02 * (8 / row tile) ** 1.1`` between
+  (``bench/results/dense_columns.log``). This is what decides whether a dense
+  with its operands swapped (the activations as the weight) pays: 128 rows
+  become 32-wide blocks, 197 or 200 rows do not.
 - ``batch_matmul.py::_default_batch_matmul_config`` tiles ``M`` the same way:
   ViT's attention P.V ([12,197,197] x [12,197,64]) runs at 0.40 of the speed on
   200 rows; fitted ``(tile / 8) ** 0.44`` (Q.K^T, whose N is 197 too, lost only
@@ -229,6 +241,37 @@ def row_tile(op: str, attrs: Attrs, input_types: Sequence[Type]) -> int | None:
     return None
 
 
+def column_block(op: str, attrs: Attrs, input_types: Sequence[Type], lanes: int | None) -> int | None:
+    """The output-column block TVM's x86 fallback gives an fp32 ``nn.dense`` with a 2-D weight
+    on a CPU of ``lanes`` fp32 lanes: the largest divisor of the weight's rows up to twice the
+    lanes; None for anything else (or ``lanes`` None)."""
+    if op != "nn.dense" or not lanes or len(input_types) != 2:
+        return None
+    x, w = input_types
+    if not (isinstance(x, TensorType) and isinstance(w, TensorType)) or w.ndim != 2 or x.ndim != 2:
+        return None
+    if x.dtype != "float32" or w.dtype != "float32":
+        return None
+    return _largest_divisor(w.shape[0], 2 * lanes)
+
+
+#: a dense's column block below the lanes runs at ``(block / lanes) ** DENSE_PARTIAL``; one above
+#: the lanes and not a multiple of them at ``DENSE_SPLIT * (8 / row tile) ** DENSE_SPLIT_ROWS`` (at most 1)
+DENSE_PARTIAL = 1.1
+DENSE_SPLIT = 0.02
+DENSE_SPLIT_ROWS = 1.1
+
+
+def column_efficiency(block: int | None, row: int | None, lanes: int | None) -> float:
+    """The share of its well-blocked speed a dense runs at with output-column block ``block``
+    and row tile ``row`` (:func:`column_block`, :func:`row_tile`)."""
+    if block is None or not lanes or block % lanes == 0:
+        return 1.0
+    if block < lanes:
+        return (block / lanes) ** DENSE_PARTIAL
+    return min(1.0, DENSE_SPLIT * (DENSE_ROWS[0] / max(1, row or 1)) ** DENSE_SPLIT_ROWS)
+
+
 def _tile_efficiency(block: int | None, rule: tuple[int, float]) -> float:
     if block is None:
         return 1.0
@@ -237,15 +280,20 @@ def _tile_efficiency(block: int | None, rule: tuple[int, float]) -> float:
 
 
 def schedule_efficiency(op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type,
-                        lanes: int | None) -> float:
+                        lanes: int | None, columns: bool = True) -> float:
     """The share of its well-tiled speed a kernel runs at under TVM's x86 fallback schedules
     on a CPU of ``lanes`` fp32 lanes: the lane efficiency of a convolution's channel blocks
-    times that of its output-width block, or a dense/batch_matmul's row tile; 1.0 where
+    times that of its output-width block, or a dense/batch_matmul's row tile (times a dense's
+    output-column block); 1.0 where
     none applies or the target is not x86 (``lanes`` None). Its time is the well-tiled time
-    divided by this."""
+    divided by this. ``columns`` False leaves the column blocks out (what models trained on
+    baseline v2 were fitted to)."""
     if not lanes:
         return 1.0
     eff = lane_efficiency(op, attrs, input_types, lanes)
     eff *= _tile_efficiency(width_block(op, attrs, input_types, out_type), WIDTH_BLOCK)
     rule = DENSE_ROWS if op == "nn.dense" else BATCH_MATMUL_ROWS
-    return eff * _tile_efficiency(row_tile(op, attrs, input_types), rule)
+    row = row_tile(op, attrs, input_types)
+    if columns:
+        eff *= column_efficiency(column_block(op, attrs, input_types, lanes), row, lanes)
+    return eff * _tile_efficiency(row, rule)

@@ -10,12 +10,15 @@ kernels of the anchors that carry the time of CNNs and transformers (dense,
 batch_matmul, convolutions: plain, strided, 1x1, grouped, depthwise, and
 the pools) from fixed grids of sizes common in real networks, seeded and
 deterministic, each kernel's work capped so the sweep measures in minutes.
-Four more tiers reach past that grid, each a regime it draws rarely or
+Five more tiers reach past that grid, each a regime it draws rarely or
 never and where held-out validation missed: high-resolution convolutions
 (``"large"``), convolutions above its work cap (``"heavy"``), dense layers of
-a few rows (``"matvec"``) and kernels of a few microseconds (``"small"``). ``relay-eqsat
-measure --sweep N`` (``--sweep-large N``, ``--sweep-heavy N``, ``--sweep-matvec
-N``, ``--sweep-small N``) measures them beside the models' kernels.
+a few rows (``"matvec"``), kernels of a few microseconds (``"small"``) and
+dense layers whose output width TVM's x86 schedule blocks badly or well,
+tall ones among them (``"columns"``: a dense with its operands swapped).
+``relay-eqsat measure --sweep N`` (``--sweep-large N``, ``--sweep-heavy N``,
+``--sweep-matvec N``, ``--sweep-small N``, ``--sweep-columns N``) measures
+them beside the models' kernels.
 
 No TVM here: the instances are ``OpInstance``s with canonical attributes
 and inferred output types, measured by the ``Measurer`` like any other.
@@ -85,6 +88,16 @@ SMALL_WIDTHS = (16, 32, 64, 128, 256, 512)
 SMALL_MAX_FLOPS = 5e7
 SMALL_KINDS = {"dense": 0.15, "conv": 0.25, "conv1x1": 0.2, "depthwise": 0.15, "grouped": 0.05, "pool": 0.2}
 
+#: the output-column tier (``tier="columns"``): TVM's x86 dense blocks the output width N by its largest
+#: divisor up to twice the lanes; a block between the lanes and twice them that is not a multiple of them
+#: (N = 24, 48, 196, 200, 1000 on AVX-512) runs ~50x slower than N = 1024 (``simd.column_block``), and a
+#: dense with its operands swapped has the activations' rows as N and the weight's thousands of rows as M.
+#: The default grid draws N from widths that all block well (but 1000) and M up to 512.
+COLUMN_ROWS = (1, 2, 4, 8, 49, 64, 128, 196, 197, 200, 256, 512, 768, 1000, 1024, 2048, 3072, 4096)
+COLUMN_WIDTHS = (256, 512, 768, 1024, 2048, 3072, 4096)
+COLUMN_COLS = (7, 16, 24, 48, 49, 50, 64, 96, 100, 128, 196, 197, 200, 224, 256, 384, 768, 1000, 1024, 3072)
+COLUMN_MAX_FLOPS = 1e9
+
 F32 = "float32"
 
 
@@ -95,7 +108,7 @@ def _conv(x: TensorType, w: tuple[int, ...], stride: int, pad: int, groups: int 
 
 
 def _dense(r: random.Random, grid: Grid) -> OpInstance:
-    m, k, n = r.choice(grid.rows), r.choice(grid.widths), r.choice(grid.widths)
+    m, k, n = r.choice(grid.rows), r.choice(grid.widths), r.choice(grid.columns or grid.widths)
     ins = [TensorType((m, k), F32), TensorType((n, k), F32)]
     return OpInstance.make("nn.dense", ops.normalize_attrs("nn.dense", {}, ins), ins)
 
@@ -122,16 +135,20 @@ class Grid:
     conv_kernels: tuple[int, ...] = (3, 3, 3, 5, 7)
     depthwise_kernels: tuple[int, ...] = (3, 3, 5)
     min_flops: float = 0.0  # a draw with no more work is drawn again (a tier above another's cap)
+    columns: tuple[int, ...] | None = None  # a dense's output widths (default: ``widths``)
 
 
 LARGE = Grid(LARGE_CHANNELS, LARGE_MAPS, tuple(LARGE_KINDS.items()), LARGE_MAX_FLOPS)
 HEAVY = Grid(HEAVY_CHANNELS, HEAVY_MAPS, tuple(HEAVY_KINDS.items()), LARGE_MAX_FLOPS, min_flops=MAX_FLOPS)
 MATVEC = Grid(kinds=(("dense", 1.0),), rows=MATVEC_ROWS, widths=MATVEC_WIDTHS)
+COLUMNS = Grid(kinds=(("dense", 1.0),), max_flops=COLUMN_MAX_FLOPS, rows=COLUMN_ROWS, widths=COLUMN_WIDTHS,
+               columns=COLUMN_COLS)
 SMALL = Grid(SMALL_CHANNELS, SMALL_MAPS, tuple(SMALL_KINDS.items()), SMALL_MAX_FLOPS, SMALL_ROWS, SMALL_WIDTHS,
              conv_kernels=(3, 3, 5, 7), depthwise_kernels=(3, 5, 7))
 
-#: the tiers ``sweep_instances`` draws from, by name (``relay-eqsat measure --sweep[-large|-heavy|-matvec|-small]``)
-TIERS = {"default": Grid(), "large": LARGE, "heavy": HEAVY, "matvec": MATVEC, "small": SMALL}
+#: the tiers ``sweep_instances`` draws from, by name
+#: (``relay-eqsat measure --sweep[-large|-heavy|-matvec|-small|-columns]``)
+TIERS = {"default": Grid(), "large": LARGE, "heavy": HEAVY, "matvec": MATVEC, "small": SMALL, "columns": COLUMNS}
 
 
 def _feature_map(r: random.Random, grid: Grid) -> tuple[int, int]:
