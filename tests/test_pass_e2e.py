@@ -188,7 +188,9 @@ def test_params_option_binds_weights_and_logs(caplog, no_host_data):
     unbound = EqSatPass(**FAST)
     unbound(mod)
     assert unbound.last_report["rules_fired"]["conv-enlarge-1x1"] == 0
-    assert unbound.last_report["cost_after"] > eqsat.last_report["cost_after"]
+    # bound weights open more rewrites; whether one of them is cheaper is the model's call (the
+    # retrained default model of issue 15 prices NasNet-A's merges no cheaper): never dearer
+    assert unbound.last_report["cost_after"] >= eqsat.last_report["cost_after"]
     # the lazily exported name is the same pass
     import relay_eqsat
 

@@ -127,10 +127,10 @@ def test_strided_1x1_matches_only_unpadded_1x1():
     assert _fired(g, [RULES["conv1x1-stride-to-slice"]]) == {"conv1x1-stride-to-slice": 1}
 
 
-def _optimize(graph):
+def _optimize(graph, rules=None):
     return optimize_graph(graph, dict(target=CPU, search="tensat", final_extractor="ilp-acyc",
                                       extract_time_limit=20, node_limit=5000),
-                          cost_model=FullBlocksCost())
+                          cost_model=FullBlocksCost(), rules=rules)
 
 
 def test_extraction_pads_a_shufflenet_branch_with_the_same_numbers():
@@ -192,12 +192,18 @@ def _mlp(rows=13):
     return g
 
 
-def test_extraction_pads_dense_rows_with_the_same_numbers():
+@pytest.mark.parametrize("swap", [False, True])
+def test_extraction_pads_dense_rows_with_the_same_numbers(swap):
+    """Without dense-swap-operands both dense layers run on the 13 tokens padded to 16 rows; with
+    it (the default set) the extraction may instead make the weight the data operand: either way
+    every dense's data rows are tiled by 8 and the numbers are the same."""
     g = _mlp()
-    out, report = _optimize(g)
+    out, report = _optimize(g, None if swap else [r for r in load_rules() if r.name != "dense-swap-operands"])
     assert report.changed, report.reason
-    dense_rows = [out[n.inputs[0]].type.shape[0] for n in out.nodes if n.op == "nn.dense"]
-    assert dense_rows and all(r == 16 for r in dense_rows), dense_rows
+    dense_shapes = [[out[i].type.shape for i in n.inputs] for n in out.nodes if n.op == "nn.dense"]
+    assert len(dense_shapes) == 2 and all(s[0][0] % 8 == 0 for s in dense_shapes), dense_shapes
+    if not swap:
+        assert all(s[0][0] == 16 for s in dense_shapes), dense_shapes
     x = np.random.default_rng(4).standard_normal((13, 16)).astype("float32")
     ref, got = g.evaluate({"x": x}), out.evaluate({"x": x})
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
