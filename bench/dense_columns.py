@@ -14,9 +14,9 @@ of the lanes: the measured share of that speed beside
     python bench/dense_columns.py [--shapes M:K:N,...] [--db costs.sqlite] [--repeat 5]
                                   [--out bench/results/dense_columns.json]
 
-Measurements go to --db (a cost database; default a fresh one under the
-output's folder is not kept: a temporary file), so a second run with the
-same --db reprints the table without timing again.
+Measurements go to --db (a cost database; default: a temporary one, not
+kept), so a second run with the same --db reprints the table without timing
+again.
 """
 from __future__ import annotations
 
