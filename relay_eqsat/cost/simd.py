@@ -40,7 +40,7 @@ The same fallback schedules tile other dimensions by divisors too, and
   0.06), and one between (24, 25, 28: N = 48, 1000, 196...) ~50x slower at
   8-row tiles, 3.4 GFLOP/s against ~170 (128 rows, 768 -> N; the slowdown
   shrinks with the row tile: 0.04 at 4 rows, 0.13 at 2, 0.25 on 197 rows;
-  one-row layers, memory-bound, lose only 20-40%). Fitted ``(block / lanes)
+  one-row layers, memory-bound, lose only ~20%: 1 x 768 -> 1000 at 0.79). Fitted ``(block / lanes)
   ** 1.1`` below the lanes and ``0.02 * (8 / row tile) ** 1.1`` between
   (``bench/results/dense_columns.log``). This is what decides whether a dense
   with its operands swapped (the activations as the weight) pays: 128 rows
