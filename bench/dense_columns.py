@@ -50,16 +50,23 @@ def dense_instance(m: int, k: int, n: int):
     return OpInstance.make("nn.dense", ops.normalize_attrs("nn.dense", {}, ins), ins)
 
 
-def well_blocked(n: int, lanes: int) -> bool:
-    from relay_eqsat.cost.simd import _largest_divisor
+def _blocks(m: int, n: int, lanes: int) -> tuple[int, int]:
+    """(column block, row tile) the cost model assigns an m x 768 -> n dense (``simd``)."""
+    from relay_eqsat.cost.simd import column_block, row_tile
 
-    return _largest_divisor(n, 2 * lanes) % lanes == 0
+    inst = dense_instance(m, 768, n)
+    args = (inst.op, inst.attrs, inst.input_types)
+    return column_block(*args, lanes), row_tile(*args)
+
+
+def well_blocked(n: int, lanes: int) -> bool:
+    return _blocks(1, n, lanes)[0] % lanes == 0
 
 
 def compare(results: dict, lanes: int) -> list[dict]:
     """Each kernel whose column block is not a multiple of the lanes against the nearest width of
     the same M and K whose block is: measured share of its GFLOP/s, and the model's."""
-    from relay_eqsat.cost.simd import _largest_divisor, _power2_tile, column_efficiency
+    from relay_eqsat.cost.simd import column_efficiency
 
     rows = []
     for (m, k, n), secs in sorted(results.items()):
@@ -72,7 +79,7 @@ def compare(results: dict, lanes: int) -> list[dict]:
         n_ref = refs[0][1]
         gflops = 2 * m * k * n / secs / 1e9
         ref_gflops = 2 * m * k * n_ref / results[(m, k, n_ref)] / 1e9
-        block, tile = _largest_divisor(n, 2 * lanes), _power2_tile(m)
+        block, tile = _blocks(m, n, lanes)
         rows.append(dict(M=m, K=k, N=n, ms=secs * 1e3, gflops=gflops, block=block, row_tile=tile, ref_N=n_ref,
                          measured_share=gflops / ref_gflops, model_share=column_efficiency(block, tile, lanes)))
     return rows

@@ -256,7 +256,7 @@ def column_block(op: str, attrs: Attrs, input_types: Sequence[Type], lanes: int 
 
 
 #: a dense's column block below the lanes runs at ``(block / lanes) ** DENSE_PARTIAL``; one above
-#: the lanes and not a multiple of them at ``DENSE_SPLIT * (8 / row tile) ** DENSE_SPLIT_ROWS`` (at most 1)
+#: the lanes and not a multiple of them at ``DENSE_SPLIT * (8 / row tile) ** DENSE_SPLIT_ROWS``
 DENSE_PARTIAL = 1.1
 DENSE_SPLIT = 0.02
 DENSE_SPLIT_ROWS = 1.1
@@ -269,7 +269,7 @@ def column_efficiency(block: int | None, row: int | None, lanes: int | None) -> 
         return 1.0
     if block < lanes:
         return (block / lanes) ** DENSE_PARTIAL
-    return min(1.0, DENSE_SPLIT * (DENSE_ROWS[0] / max(1, row or 1)) ** DENSE_SPLIT_ROWS)
+    return DENSE_SPLIT * (DENSE_ROWS[0] / (row or 1)) ** DENSE_SPLIT_ROWS
 
 
 def _tile_efficiency(block: int | None, rule: tuple[int, float]) -> float:
