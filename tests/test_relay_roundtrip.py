@@ -256,6 +256,26 @@ def test_equal_subexpressions_are_merged():
     assert count_calls(func) == 3 and count_calls(rebuilt["main"]) == 2
 
 
+def test_scalar_constants_are_one_relay_constant_per_use():
+    """The graph keeps one node per value, but a Relay constant shared by several calls is
+    handed to TVM's fused kernels as a buffer (a 0-d build parameter) instead of being inlined,
+    and power(x, 2f) can then no longer become x * x: the backend builds each use of a 0-d
+    constant on its own (as frontends do), so the build has no scalar parameters."""
+    x = v("x", 2, 16)
+    y = x
+    for _ in range(3):  # three layer-norm variances, each with its own 2f as ONNX hands them over
+        d = relay.subtract(y, relay.mean(y, axis=-1, keepdims=True))
+        var = relay.mean(relay.power(d, relay.const(2.0)), axis=-1, keepdims=True)
+        y = relay.divide(d, relay.sqrt(relay.add(var, relay.const(1e-5))))
+    func = relay.Function([x], y)
+    graph, rebuilt = roundtrip(func)
+    assert sum(n.op == "constant" and not n.type.shape for n in graph.nodes) == 2  # merged by value
+    consts = []
+    relay.analysis.post_order_visit(rebuilt["main"], lambda e: consts.append(e) if isinstance(e, relay.Constant) else None)
+    assert len(consts) == 6 and len({c.handle.value for c in consts}) == 6  # one per use, none shared
+    assert {k: p.shape for k, p in build(rebuilt).get_params().items() if not p.shape} == {}
+
+
 def test_add_of_a_value_with_itself_builds():
     # hhb-tvm's SimplifyExpr breaks add(e, e) when e contains a conv2d; the backend avoids it
     x, w = v("x", 1, 2, 5, 5), v("w", 2, 2, 3, 3)
