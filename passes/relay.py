@@ -423,15 +423,20 @@ def to_relay(graph: TensorGraph, signature: Sequence[tuple[str, TensorType]] | N
             n = graph[i]
             params[n.attrs["name"]] = relay.var(n.attrs["name"], relay_type(n.type))
     exprs: dict[int, relay.Expr] = {}
-    scalars: set[int] = set()  # 0-d constants: a fresh Relay constant for each use (see below)
-    for i in graph.reachable():
-        n = graph[i]
+
+    def use(j: int) -> relay.Expr:
         # One Relay constant shared by several calls is no longer inlined by FuseOps: each
         # fused kernel gets the scalar as a buffer argument, and e.g. power(x, 2f) can no
         # longer become x * x (bert-base's 25 layer norms: 0.94 ms per variance kernel
-        # against 0.13). The graph holds one node per value; Relay gets one per use.
-        xs = [_relay_const(graph.constants[graph[j].attrs["name"]]) if j in scalars else exprs[j]
-              for j in n.inputs]
+        # against 0.13). The graph holds one node per value; Relay gets a 0-d one per use.
+        m = graph[j]
+        if m.op == "constant" and not m.type.shape:
+            return _relay_const(graph.constants[m.attrs["name"]])
+        return exprs[j]
+
+    for i in graph.reachable():
+        n = graph[i]
+        xs = [use(j) for j in n.inputs]
         if n.op == "var":
             name = n.attrs["name"]
             if name not in params:
@@ -441,8 +446,6 @@ def to_relay(graph: TensorGraph, signature: Sequence[tuple[str, TensorType]] | N
             e = _relay_const(graph.constants[n.attrs["name"]])
             if tuple(e.data.shape) != n.type.shape:  # e.g. a 0-d array made 1-d
                 raise IllTypedGraph(f"node {i}: constant of type {n.type} built as shape {list(e.data.shape)}")
-            if not n.type.shape:
-                scalars.add(i)
         elif n.op == "tuple":
             e = relay.Tuple(xs)
         elif n.op == "tuple_get_item":
