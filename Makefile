@@ -12,7 +12,7 @@ EXT_STAMP := $(VENV)/.ext-built
 DEMO_MODEL ?= zoo:nasrnn
 PYTEST_ARGS ?=
 # bench scripts run by `make bench`, in order; BENCH_ARGS go to each (e.g. "--small --models squeezenet,bert").
-# NasNet-A runs at its small size by default: TVM takes over 12 minutes to build the full model on 2 cores.
+# NasNet-A runs at its small size by default where TVM builds it: over 12 minutes for the full model on 2 cores.
 BENCH_SCRIPTS ?= egraph_throughput extraction cost_accuracy foreign_models simplify_copies mcts_vs_tensat end_to_end real_models
 BENCH_ARGS ?= --small-models nasnet_a
 # Each script's own arguments after BENCH_ARGS: the README's issue-15 tables. cost_accuracy judges the
@@ -20,6 +20,8 @@ BENCH_ARGS ?= --small-models nasnet_a
 # times the real-model set and the whole zoo, TVM opt_level 3 against the pass's defaults.
 BENCH_ARGS_cost_accuracy ?= --kinds learned,auto,analytic --held-out --small-pairs --max-pairs 6 --repeat 15 \
 	--rounds 10 --min-repeat-ms 200
+# mcts_vs_tensat builds nothing with TVM: NasNet-A at its full size there, the MCTS paper's model.
+BENCH_ARGS_mcts_vs_tensat ?= --small-models ''
 BENCH_ARGS_real_models ?= --variants opt3,default \
 	--zoo vit,inception_v3,squeezenet,nasnet_a,nasrnn,bert,mobilenet_v2,resnet50,resnet50_full,resnext50,vgg19
 # Where the scripts write their JSON and logs: a new folder per run (a run's tables stay together and

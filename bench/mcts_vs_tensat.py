@@ -21,6 +21,9 @@ size and stop reason, and the rules used: distinct rules that changed the
 e-graph and their applications (TENSAT: matches applied; MCTS: rule steps
 applied to the real e-graph).
 
+NasNet-A is the paper's full model unless --small/--small-models ask for the
+small one (``make bench`` runs it full here: nothing is built with TVM).
+
 Goals (issue 15): MCTS at least as good as TENSAT on every model, better on
 at least four of BERT, NasNet-A, NasRNN, ResNeXt-50, MobileNet-v2 and
 SqueezeNet, and every MCTS run under 60 s. Whether a model can be better at

@@ -18,6 +18,8 @@ shapes given), its weights bound, and compiled by TVM for the host
   check_runtime  EqSatPass(check_runtime="on")
   trust_model    EqSatPass(check_runtime="off", calibrate="off", min_gain=0.0):
                  keeps any gain the cost model predicts
+  exact_math     EqSatPass(fast_math=False): the default without the approximate
+                 rules (exp, tanh, erf and softmax stay exact)
 
 Programs that are structurally identical (ignoring the pass's report
 attribute) are built and timed once and share the measurement ("= opt3" in
@@ -74,6 +76,7 @@ VARIANT_OPTIONS: dict[str, dict | None] = {
     "default": {},
     "check_runtime": {"check_runtime": "on"},
     "trust_model": {"check_runtime": "off", "calibrate": "off", "min_gain": 0.0},
+    "exact_math": {"fast_math": False},  # the default without the approximate rules (exp, tanh, erf, softmax)
 }
 VARIANTS = tuple(VARIANT_OPTIONS)
 RTOL = 1e-4

@@ -101,6 +101,33 @@ for _name in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "po
               "nn.relu", "tanh", "sigmoid", "erf", "exp", "sqrt", "rsqrt", "negative"):
     ops.register_relay(_name, _no_attrs, _to_add if _name == "add" else _plain(_name))
 
+
+def _to_fast_erf(a, xs, ts, out):
+    """fast_erf keeping NaN: ``where(isnan(x), x, fast_erf(x))``, one fused element-wise kernel (Relay's
+    fast_erf clamps its input first, so NaN comes out as 1: a Relay fast_erf is not the table's and
+    stays opaque)."""
+    x = xs[0]
+    return relay.where(relay.isnan(x), x, relay.Call(relay.op.get("fast_erf"), [x]))
+
+
+def _to_fast_sigmoid(a, xs, ts, out):
+    """1 / (1 + fast_exp(-x)): TVM has no fast sigmoid, and its sigmoid calls libm's exp per value."""
+    one = relay.const(np.array(1, dtype=ts[0].dtype))
+    return relay.divide(one, relay.add(one, relay.Call(relay.op.get("fast_exp"), [relay.negative(xs[0])])))
+
+
+def _written_only(why):
+    """The ``from_relay`` of an op no single Relay call reads as: the call stays opaque."""
+    def from_relay(call, ts, out):
+        raise NotModelled(why)
+    return from_relay
+
+
+for _name in ("fast_exp", "fast_tanh"):  # Relay's keep NaN as the table's do: read and written as they are
+    ops.register_relay(_name, _no_attrs, _plain(_name))
+ops.register_relay("fast_erf", _written_only("Relay's fast_erf maps NaN to 1"), _to_fast_erf)
+ops.register_relay("fast_sigmoid", _written_only("Relay has no fast_sigmoid"), _to_fast_sigmoid)
+
 ops.register_relay("clip", lambda call, ts, out: dict(a_min=float(call.attrs.a_min), a_max=float(call.attrs.a_max)),
                    lambda a, xs, ts, out: relay.clip(xs[0], a["a_min"], a["a_max"]))
 ops.register_relay("nn.leaky_relu", lambda call, ts, out: dict(alpha=float(call.attrs.alpha)),
@@ -295,6 +322,7 @@ ops.register_relay("nn.bias_add", _from_axis, lambda a, xs, ts, out: relay.nn.bi
 ops.register_relay("nn.batch_norm", _from_norm, lambda a, xs, ts, out: relay.nn.batch_norm(
     *xs, axis=a["axis"], epsilon=a["epsilon"], center=a["center"], scale=a["scale"]).astuple())
 ops.register_relay("nn.softmax", _from_axis, lambda a, xs, ts, out: relay.nn.softmax(xs[0], a["axis"]))
+ops.register_relay("nn.fast_softmax", _from_axis, lambda a, xs, ts, out: relay.nn.fast_softmax(xs[0], a["axis"]))
 ops.register_relay("nn.layer_norm", _from_norm, lambda a, xs, ts, out: relay.nn.layer_norm(
     xs[0], xs[1], xs[2], axis=a["axis"], epsilon=a["epsilon"], center=a["center"], scale=a["scale"]))
 ops.register_relay("mean", _from_mean,

@@ -11,7 +11,9 @@ from __future__ import annotations
 from relay_eqsat import ops
 
 _UNARY = {"nn.relu": "relu", "tanh": "tanh", "sigmoid": "sigmoid", "erf": "erf", "exp": "exp",
-          "sqrt": "sqrt", "rsqrt": "rsqrt", "negative": "neg"}
+          "sqrt": "sqrt", "rsqrt": "rsqrt", "negative": "neg",
+          # TVM's approximations: torch's own functions are the closest equivalents on a GPU
+          "fast_exp": "exp", "fast_tanh": "tanh", "fast_erf": "erf", "fast_sigmoid": "sigmoid"}
 _BINARY = {"add": "add", "subtract": "sub", "multiply": "mul", "divide": "div", "maximum": "maximum",
            "minimum": "minimum", "power": "pow"}
 
@@ -152,7 +154,7 @@ _TORCH = {
     "nn.global_avg_pool2d": _global_avg_pool, "nn.global_max_pool2d": _global_max_pool,
     "transpose": _transpose, "reshape": _reshape, "concatenate": _concatenate, "split": _split,
     "strided_slice": _strided_slice, "nn.pad": _pad, "nn.bias_add": _bias_add,
-    "nn.batch_norm": _batch_norm, "nn.softmax": _softmax, "nn.layer_norm": _layer_norm, "mean": _mean,
+    "nn.batch_norm": _batch_norm, "nn.softmax": _softmax, "nn.fast_softmax": _softmax, "nn.layer_norm": _layer_norm, "mean": _mean,
 }
 
 for _name, _make in _TORCH.items():

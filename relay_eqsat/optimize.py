@@ -185,7 +185,8 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     t0 = time.perf_counter()
     opts = options if isinstance(options, OptimizeOptions) else OptimizeOptions.from_mapping(options)
     cost_model = cost_model if cost_model is not None else resolve_cost(opts.cost, opts.target)
-    rules, avoided = rules_for_target(resolve_rules(rules if rules is not None else opts.rules), opts.target)
+    rules, avoided = rules_for_target(resolve_rules(rules if rules is not None else opts.rules), opts.target,
+                                      opts.fast_math)
     rep = OptimizeReport(search=opts.search)
     if avoided:
         rep.info["rules_avoided"] = avoided

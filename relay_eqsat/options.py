@@ -135,6 +135,8 @@ _OPTIONS: list[Option] = [
     Option("seed", int, 0, "MCTS randomness"),
     Option("rules", object, "default", "rule set: a shipped set's name, a path to a .rules file or, from "
            "Python, a list of Rule", choices=_rule_sets),
+    Option("fast_math", bool, True, "use the approximate rules (``approx``: exp, tanh, erf and softmax as TVM's "
+           "vectorized approximations, within float32 rounding error; off: they stay exact)"),
     Option("cycle_filter", str, "efficient", "TENSAT's cycle filter (efficient, vanilla or none)",
            choices=CYCLE_FILTERS),
     Option("verify", bool, False, "build and run the input and the result with TVM on random inputs and raise "
@@ -327,14 +329,15 @@ def _arg_type(name: str) -> Callable[[str], Any]:
 
 def argparse_kwargs(name: str, help_prefix: str = "") -> dict[str, Any]:
     """``add_argument`` keywords for option ``name``: ``choices`` for names,
-    a ``type`` checking numbers and bounds, a const flag for booleans, ``nargs="?"``
-    with ``const="on"`` for switches (a bare ``--check-runtime`` means on); the
-    default is None (the option left to the pass)."""
+    a ``type`` checking numbers and bounds, ``nargs="?"`` with ``const="on"`` for
+    switches (a bare ``--check-runtime`` means on) and ``const=True`` for booleans
+    (``--verify`` is true, ``--fast-math off`` false); the default is None (the
+    option left to the pass)."""
     opt = OPTIONS[name]
     text = f"{help_prefix}{opt.help} (default: {opt.default})".replace("%", "%%")  # argparse formats help
     kwargs: dict[str, Any] = {"default": None, "help": text}
     if opt.type is bool:
-        kwargs.update(action="store_const", const=True)
+        kwargs.update(nargs="?", const=True, type=_arg_type(name), metavar="on|off")
     elif opt.switch:
         kwargs.update(nargs="?", const="on", choices=opt.allowed())
     elif opt.allowed() is not None and opt.name != "rules":

@@ -116,9 +116,11 @@ def test_argparse_flags_come_from_the_schema(capsys):
                          "--min-gain", "0.1", "--rules", "default"])
     assert (args.node_limit, args.check_runtime, args.calibrate, args.verify, args.min_gain, args.rules) == \
         (50, "on", "off", True, 0.1, "default")
-    assert args.search is None  # not given: the pass's default applies
+    assert args.search is None and args.fast_math is None  # not given: the pass's default applies
+    assert p.parse_args(["--fast-math", "off"]).fast_math is False and p.parse_args(["--fast-math"]).fast_math
     for argv, needle in [(["--search", "foo"], "invalid choice: 'foo'"), (["--node-limit", "-5"], "node_limit"),
                          (["--check-runtime", "maybe"], "invalid choice"), (["--cost", "bogus"], "invalid choice"),
+                         (["--fast-math", "sometimes"], "fast_math"),
                          (["--rules", "/nonexistent.rules"], "does not exist")]:
         with pytest.raises(SystemExit) as e:
             p.parse_args(argv)

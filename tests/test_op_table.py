@@ -83,7 +83,8 @@ def test_every_kernel_op_has_every_field(name):
         assert callable(fn)
     assert d.pattern in ops.PATTERNS and d.pattern not in ("leaf", "tuple")
     assert d.fusion in ("fused", "injective", "anchor")
-    assert isinstance(d.vocab, int) and OP_VOCAB[d.vocab] == name
+    # an op added after the shipped models has no index (the learned model sees it as op=<other>)
+    assert d.vocab is None or (isinstance(d.vocab, int) and OP_VOCAB[d.vocab] == name)
     assert isinstance(d.required, tuple) and not set(d.required) & set(d.defaults or {})
     slots = set(range(d.arity)) if d.arity is not None else set()
     assert set(d.weight_slots) <= slots and set(d.streamed_weights) <= set(d.weight_slots)

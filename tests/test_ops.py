@@ -23,7 +23,8 @@ def tup(*fields):
     return TupleType(fields)
 
 
-UNARY = ["nn.relu", "tanh", "sigmoid", "erf", "exp", "sqrt", "rsqrt", "negative"]
+UNARY = ["nn.relu", "tanh", "sigmoid", "erf", "exp", "sqrt", "rsqrt", "negative", "fast_exp", "fast_tanh", "fast_erf",
+         "fast_sigmoid"]
 BINARY = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power"]
 POOLS = ["nn.max_pool2d", "nn.avg_pool2d"]
 GLOBAL_POOLS = ["nn.global_avg_pool2d", "nn.global_max_pool2d"]
@@ -75,6 +76,7 @@ GOOD = {
     "nn.bias_add": [({}, [t(2, 3, 4), t(3)], t(2, 3, 4)), ({"axis": 2}, [t(2, 3, 4), t(4)], t(2, 3, 4))],
     "nn.batch_norm": [({}, [t(2, 3, 4), t(3), t(3), t(3), t(3)], tup(t(2, 3, 4), t(3), t(3)))],
     "nn.softmax": [({"axis": 1}, [t(2, 5)], t(2, 5))],
+    "nn.fast_softmax": [({"axis": 1}, [t(2, 5)], t(2, 5))],
     "nn.layer_norm": [({"axis": 2}, [t(2, 3, 4), t(4), t(4)], t(2, 3, 4))],
     "mean": [({"axis": (0, 2)}, [t(2, 3, 4)], t(3)), ({"axis": (1,), "keepdims": True}, [t(2, 3, 4)], t(2, 1, 4)),
              ({"axis": (0, 1)}, [t(2, 3)], t())],
@@ -139,6 +141,7 @@ BAD = {
                       ({"epsilon": "small"}, [t(2, 3), t(3), t(3), t(3), t(3)], "epsilon"),
                       ({}, [t(2, 3), t(3), t(3), t(3)], "takes 5 inputs")],
     "nn.softmax": [({"axis": 2}, [t(2, 5)], "axis"), ({}, [t(2, 5)], "missing required attribute 'axis'")],
+    "nn.fast_softmax": [({"axis": 2}, [t(2, 5)], "axis"), ({}, [t(2, 5)], "missing required attribute 'axis'")],
     "nn.layer_norm": [({"axis": 1}, [t(2, 3, 4), t(4), t(4)], r"shape \[3\]"),
                       ({"axis": 2, "center": 2}, [t(2, 3, 4), t(4), t(4)], "'center' must be a bool")],
     "mean": [({"axis": (2, 0)}, [t(2, 3, 4)], "sorted"), ({"axis": (3,)}, [t(2, 3, 4)], "axes of"),
@@ -150,7 +153,7 @@ PATTERNS = {
     **{op: "broadcast" for op in BINARY + ["nn.bias_add"]},
     **{op: "elemwise" for op in UNARY + ["clip", "nn.leaky_relu"]},
     **{op: "out_fusable" for op in ["nn.conv2d", "nn.dense", "nn.matmul", "nn.batch_matmul", "nn.batch_norm",
-                                    "nn.softmax"] + POOLS + GLOBAL_POOLS},
+                                    "nn.softmax", "nn.fast_softmax"] + POOLS + GLOBAL_POOLS},
     **{op: "injective" for op in ["transpose", "reshape", "concatenate", "split", "strided_slice", "nn.pad",
                                   "tuple_get_item"]},
     "mean": "reduce", "nn.layer_norm": "opaque", "opaque": "opaque", "var": "leaf", "constant": "leaf",

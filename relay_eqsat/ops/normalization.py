@@ -1,5 +1,5 @@
 """Bias, normalization, softmax and reduction: ``nn.bias_add``, ``nn.batch_norm``,
-``nn.layer_norm``, ``nn.softmax``, ``mean``.
+``nn.layer_norm``, ``nn.softmax`` (and ``nn.fast_softmax``), ``mean``.
 
 Their parameters (bias, gamma, beta, moving mean and variance) lie along one
 ``axis`` of the data; the numpy semantics compute in float64.
@@ -98,6 +98,9 @@ def _softmax_eval(a, ins):
 # softmax: max, subtract, exp, sum, divide
 register(OpDef("nn.softmax", 1, "out_fusable", _softmax_infer, _softmax_eval,
                per_element(4 + TRANSCENDENTAL_FLOPS), required=("axis",), normalize=normalize_axis(-1), vocab=33))
+# TVM's softmax with its vectorized exp (``fast_exp``): see the fast ops in ``elementwise``
+register(OpDef("nn.fast_softmax", 1, "out_fusable", _softmax_infer, _softmax_eval,
+               per_element(4 + TRANSCENDENTAL_FLOPS), required=("axis",), normalize=normalize_axis(-1)))
 
 
 def _mean_axes(a, x: TensorType) -> tuple[int, ...]:

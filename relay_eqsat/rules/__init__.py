@@ -55,6 +55,11 @@ one ending inside open brackets, continues the previous clause):
     target's kind: ``llvm``/``c`` are cpu; ``cuda``, ``rocm``, ``vulkan``...
     gpu): for rewrites measured to lose there (the evidence goes in a comment
     beside the clause). The report names the rules left out.
+``approx``
+    The right side equals the left only to within float32 rounding error
+    (TVM's vectorized approximations of exp, tanh, erf: the error measured
+    goes in a comment). Used unless the option ``fast_math`` is off; the
+    report names the rules left out.
 
 Patterns (left-hand side)::
 

@@ -1,5 +1,5 @@
 """Rule files: parsing the rule language's clauses, loading shipped and user rule
-sets, and choosing the rules for a target (``avoid`` clauses).
+sets, and choosing the rules for a target (``avoid`` clauses) and for exact math (``approx``).
 
 ``parse_rules(text)`` reads rules in the language of ``relay_eqsat.rules``;
 ``load_rules(name)`` a shipped set (``rules/<name>.rules``, through
@@ -17,7 +17,7 @@ from .language import (NOT_LITERAL, RuleSyntaxError, Sym, compile_expr, is_var, 
 from .patterns import parse_pattern, parse_template
 from .rule import Rule
 
-_CLAUSES = ("rule", "lhs", "rhs", "let", "where", "example", "avoid")
+_CLAUSES = ("rule", "lhs", "rhs", "let", "where", "example", "avoid", "approx")
 
 
 def _strip_comment(line: str) -> str:
@@ -130,12 +130,18 @@ def _build_rule(name: str, clauses: list, where: str) -> Rule:
                     if device not in DEVICE_KINDS:
                         raise RuleSyntaxError(f"{where}: avoid takes device kinds {DEVICE_KINDS}, not {device!r}")
                     avoid.append(device)
+        approx = False
+        for kw, body in clauses:
+            if kw == "approx":
+                if body.split("#", 1)[0].strip():
+                    raise RuleSyntaxError(f"{where}: approx takes nothing (a comment may say why)")
+                approx = True
     except RuleSyntaxError:
         raise
     except (ValueError, IndexError) as e:
         raise RuleSyntaxError(f"{where}: {e}") from e
     source = "\n".join(f"  {kw} {body}" for kw, body in clauses)
-    return Rule(name, lhs, rhs, lets, conds, examples, kinds, source, lhs_text, avoid=tuple(avoid))
+    return Rule(name, lhs, rhs, lets, conds, examples, kinds, source, lhs_text, avoid=tuple(avoid), approx=approx)
 
 
 #: the device kinds an ``avoid`` clause names
@@ -155,12 +161,13 @@ def device_kind(target) -> str | None:
     return None
 
 
-def rules_for_target(rules: Iterable[Rule], target) -> tuple[list[Rule], list[str]]:
-    """(the rules usable for ``target``, the names of those its device kind avoids)."""
+def rules_for_target(rules: Iterable[Rule], target, fast_math: bool = True) -> tuple[list[Rule], list[str]]:
+    """(the rules usable for ``target``, the names of those left out: the ones its device kind
+    avoids, and without ``fast_math`` the approximate ones)."""
     device = device_kind(target) if target is not None else "cpu"  # None: the host CPU
     kept, avoided = [], []
     for r in rules:
-        if device in r.avoid:
+        if device in r.avoid or (r.approx and not fast_math):
             avoided.append(r.name)
         else:
             kept.append(r)

@@ -33,6 +33,7 @@ class Rule:
     lhs_text: list[str] = field(default_factory=list)
     origin: str = ""                # "file:line" of its ``rule`` line (error messages)
     avoid: tuple[str, ...] = ()     # device kinds the rule is not used for ("cpu", "gpu"): ``avoid`` clause
+    approx: bool = False            # the right side approximates the left (``approx`` clause; option fast_math)
 
     def __post_init__(self):
         if len(self.lhs) != len(self.rhs):
