@@ -33,7 +33,6 @@ the first form's (max |a - b| / max(1, max |a|) <= 1e-4).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -109,15 +108,10 @@ def scalar_params(mod) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n".join(__doc__.splitlines()[1:]))
-    ap.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds")
-    ap.add_argument("--repeat", type=int, default=9, help="timings per form in all")
-    ap.add_argument("--min-repeat-ms", type=int, default=100, help="each timing runs at least this long")
+    import runtime_stats
+
+    ap = runtime_stats.forms_parser(__doc__, "attention_forms.json")
     ap.add_argument("--norms", type=int, default=12, help="layer norms in the scalar-constant program")
-    ap.add_argument("--threads", type=int, default=1, help="TVM_NUM_THREADS")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "attention_forms.json"))
     args = ap.parse_args(argv)
     if args.norms < 1:
         ap.error("--norms must be at least 1")

@@ -29,7 +29,6 @@ The forms of one case are timed in --rounds interleaved rounds.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -92,15 +91,10 @@ def run_case(case: str, shape, exact: str, fast: str, args) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n".join(__doc__.splitlines()[1:]))
-    ap.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds")
-    ap.add_argument("--repeat", type=int, default=9, help="timings per form in all")
-    ap.add_argument("--min-repeat-ms", type=int, default=100, help="each timing runs at least this long")
+    import runtime_stats
+
+    ap = runtime_stats.forms_parser(__doc__, "fast_math.json")
     ap.add_argument("--scale", type=float, default=1.0, help="scale of each case's last dimension")
-    ap.add_argument("--threads", type=int, default=1, help="TVM_NUM_THREADS")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "fast_math.json"))
     args = ap.parse_args(argv)
     if not args.scale > 0:
         ap.error("--scale must be positive")

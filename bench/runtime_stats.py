@@ -6,10 +6,12 @@ the statistics the tables report (median, quartiles, spread, slower beyond noise
 """
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 
@@ -96,3 +98,17 @@ def stopwatch():
     end = [None]
     yield lambda: (end[0] if end[0] is not None else time.perf_counter()) - t0
     end[0] = time.perf_counter()
+
+
+def forms_parser(doc: str, out_name: str) -> argparse.ArgumentParser:
+    """The command line of a bench that times a few forms of each case alone: the module's
+    docstring as help, interleaved --rounds, --repeat timings of at least --min-repeat-ms,
+    --threads (TVM_NUM_THREADS) and --out (default ``bench/results/<out_name>``)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(doc.splitlines()[1:]))
+    ap.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds")
+    ap.add_argument("--repeat", type=int, default=9, help="timings per form in all")
+    ap.add_argument("--min-repeat-ms", type=int, default=100, help="each timing runs at least this long")
+    ap.add_argument("--threads", type=int, default=1, help="TVM_NUM_THREADS")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / out_name))
+    return ap

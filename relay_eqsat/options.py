@@ -135,8 +135,8 @@ _OPTIONS: list[Option] = [
     Option("seed", int, 0, "MCTS randomness"),
     Option("rules", object, "default", "rule set: a shipped set's name, a path to a .rules file or, from "
            "Python, a list of Rule", choices=_rule_sets),
-    Option("fast_math", bool, True, "use the approximate rules (``approx``: exp, tanh, erf and softmax as TVM's "
-           "vectorized approximations, within float32 rounding error; off: they stay exact)"),
+    Option("fast_math", bool, True, "use the approximate rules (``approx``: exp, tanh, erf, sigmoid and softmax "
+           "as TVM's vectorized approximations, within float32 rounding error; off: they stay exact)"),
     Option("cycle_filter", str, "efficient", "TENSAT's cycle filter (efficient, vanilla or none)",
            choices=CYCLE_FILTERS),
     Option("verify", bool, False, "build and run the input and the result with TVM on random inputs and raise "

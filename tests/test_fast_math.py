@@ -1,12 +1,13 @@
-"""TVM's vectorized approximations of exp, tanh, erf, sigmoid and softmax: the ops, the ``approx`` rules, fast_math.
+"""TVM's vectorized approximations of exp, tanh, erf, sigmoid and softmax (ops, ``approx`` rules, fast_math).
 
 The table's ``fast_exp``, ``fast_tanh``, ``fast_erf``, ``fast_sigmoid`` and
 ``nn.fast_softmax`` are the exact functions to within float32 rounding error,
 and keep NaN; the backend writes them with TVM's FastMath ops (fast_erf with a
-NaN guard, since TVM's maps NaN to 1; fast_sigmoid as 1 / (1 + fast_exp(-x))). Checked here: their values as TVM builds them against the
-exact functions on random and edge inputs, the rules' ``approx`` clause and the
-``fast_math`` option, and the optimizer choosing them for a transformer's GELU
-and softmax with the same numbers out.
+NaN guard, since TVM's maps NaN to 1; fast_sigmoid as 1 / (1 + fast_exp(-x))).
+Checked here: their values as TVM builds them against the exact functions on
+random and edge inputs, the rules' ``approx`` clause and the ``fast_math``
+option, and the optimizer choosing them for a transformer's GELU and softmax
+with the same numbers out.
 """
 from __future__ import annotations
 

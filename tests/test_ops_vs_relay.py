@@ -408,12 +408,13 @@ GENERATORS: dict[str, Callable] = {
     "nn.conv2d": g_conv2d, "nn.dense": g_dense, "nn.matmul": g_matmul, "nn.batch_matmul": g_batch_matmul,
     **{op: g_binary for op in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")},
     **{op: g_unary for op in ("nn.relu", "tanh", "sigmoid", "erf", "exp", "sqrt", "rsqrt", "negative")},
-    **{op: g_fast for op in ("fast_exp", "fast_tanh", "fast_erf")},  # fast_sigmoid: no Relay op (below)
+    **{op: g_fast for op in ("fast_exp", "fast_tanh", "fast_erf")},  # fast_sigmoid: NO_RELAY_OP
     "clip": g_clip, "nn.leaky_relu": g_leaky_relu, "nn.max_pool2d": g_pool, "nn.avg_pool2d": g_pool,
     "nn.global_avg_pool2d": g_global_pool, "nn.global_max_pool2d": g_global_pool,
     "transpose": g_transpose, "reshape": g_reshape, "concatenate": g_concatenate, "split": g_split,
     "strided_slice": g_strided_slice, "nn.pad": g_pad, "nn.bias_add": g_bias_add,
-    "nn.batch_norm": g_batch_norm, "nn.softmax": g_softmax, "nn.fast_softmax": g_softmax, "nn.layer_norm": g_layer_norm, "mean": g_mean,
+    "nn.batch_norm": g_batch_norm, "nn.softmax": g_softmax, "nn.fast_softmax": g_softmax,
+    "nn.layer_norm": g_layer_norm, "mean": g_mean,
 }
 
 

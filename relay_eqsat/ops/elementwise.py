@@ -104,16 +104,16 @@ _UNARY = [
     ("clip", lambda x, a: np.clip(x, a.number("a_min"), a.number("a_max")), 1, ("a_min", "a_max"), None, 19),
     ("nn.leaky_relu", lambda x, a: np.where(x > 0, x, x * a.number("alpha")), 1, ("alpha",), {"alpha": 0.01}, 20),
 ]
-# TVM's vectorized polynomial approximations (its FastMath ops, and a sigmoid built on fast_exp; ``approx`` rules in the default set
-# turn the exact functions into them): the same functions to within float32 rounding error (measured
-# by tests/test_fast_math.py), which TVM's x86 code computes SIMD-wide instead of calling libm once
-# per value. As this table defines them they keep NaN (Relay's fast_erf maps NaN to 1: the backend
-# guards it). No vocabulary index: the learned model sees them as ``op=<other>``.
+# TVM's vectorized polynomial approximations (its FastMath ops, and a sigmoid built on fast_exp, which
+# TVM lacks; the default set's ``approx`` rules turn the exact functions into them): the same
+# functions to within float32 rounding error (tests/test_fast_math.py), computed SIMD-wide instead of
+# one libm call per value. As this table defines them they keep NaN (Relay's fast_erf maps NaN to 1:
+# the backend guards it). No vocabulary index: the learned model sees them as ``op=<other>``.
 _UNARY += [
     ("fast_exp", lambda x, a: np.exp(x), _T, (), None, None),
     ("fast_tanh", lambda x, a: np.tanh(x), _T, (), None, None),
     ("fast_erf", lambda x, a: _erf(x), _T, (), None, None),
-    ("fast_sigmoid", lambda x, a: 0.5 * (1.0 + np.tanh(0.5 * x)), _T, (), None, None),  # TVM has none: 1/(1+fast_exp(-x))
+    ("fast_sigmoid", lambda x, a: 0.5 * (1.0 + np.tanh(0.5 * x)), _T, (), None, None),
 ]
 for _name, _fn, _cost, _num, _defaults, _vocab in _UNARY:
     register(OpDef(_name, 1, "elemwise", _unary_infer(_num), _unary_eval(_fn), per_element(_cost),

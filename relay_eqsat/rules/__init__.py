@@ -57,8 +57,8 @@ one ending inside open brackets, continues the previous clause):
     beside the clause). The report names the rules left out.
 ``approx``
     The right side equals the left only to within float32 rounding error
-    (TVM's vectorized approximations of exp, tanh, erf: the error measured
-    goes in a comment). Used unless the option ``fast_math`` is off; the
+    (TVM's vectorized approximations of exp, tanh, erf, sigmoid, softmax:
+    the error measured goes in a comment). Used unless the option ``fast_math`` is off; the
     report names the rules left out.
 
 Patterns (left-hand side)::

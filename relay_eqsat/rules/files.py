@@ -133,7 +133,7 @@ def _build_rule(name: str, clauses: list, where: str) -> Rule:
         approx = False
         for kw, body in clauses:
             if kw == "approx":
-                if body.split("#", 1)[0].strip():
+                if body.strip():  # comments are stripped already
                     raise RuleSyntaxError(f"{where}: approx takes nothing (a comment may say why)")
                 approx = True
     except RuleSyntaxError:
