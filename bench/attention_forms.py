@@ -1,4 +1,4 @@
-"""Two transformer findings on this CPU: batch_matmul's NN form, and scalar constants shared by calls (issue 15).
+"""Two transformer findings on this CPU: batch_matmul's forms, and scalar constants shared by calls (issue 15).
 
 1. Attention products. TVM's ONNX frontend hands transformers' MatMuls over as
    ``nn.batch_matmul(a, b, transpose_b=False)`` (the NN form: b is [B, K, N],
@@ -10,6 +10,10 @@
           rewrite of rule ``batch-matmul-nn-to-nt``; here the transpose is a
           kernel of its own (in a model it fuses into b's producer), so the
           time is an upper bound
+     dense  batch_dense(a, transpose(b, [0, 2, 1])) as the pass's backend
+          writes it (rule ``batch-matmul-dense-per-batch``): one nn.dense per
+          batch entry (TVM's packed dense schedule), stacked; the transpose
+          as in nt
 
    Shapes: bert-base at 128 tokens (12 heads of 64: Q.K^T and P.V), ViT-B
    (197 tokens) and TASO's BERT (the zoo's: 16 heads of 64, 64 tokens).
@@ -48,6 +52,7 @@ PRODUCTS = (("bert-base Q.K^T", 12, 128, 64, 128), ("bert-base P.V", 12, 128, 12
             ("ViT-B Q.K^T", 12, 197, 64, 197), ("ViT-B P.V", 12, 197, 197, 64),
             ("TASO BERT Q.K^T", 16, 64, 64, 64), ("TASO BERT P.V", 16, 64, 64, 64))
 RTOL = 1e-4
+FORMS = ("nn", "nt", "dense")
 
 
 def product_module(form: str, b: int, m: int, k: int, n: int):
@@ -61,6 +66,14 @@ def product_module(form: str, b: int, m: int, k: int, n: int):
         out = relay.nn.batch_matmul(x, y, transpose_b=False)
     elif form == "nt":
         out = relay.nn.batch_matmul(x, relay.transpose(y, axes=(0, 2, 1)), transpose_b=True)
+    elif form == "dense":
+        import relay_eqsat.passes  # noqa: F401 - registers the Relay conversions
+        from relay_eqsat import ops
+        from relay_eqsat.types import TensorType
+
+        ts = [TensorType((b, m, k), "float32"), TensorType((b, n, k), "float32")]
+        out = ops.get("batch_dense").relay.to_relay({"out_dtype": ""}, [x, relay.transpose(y, axes=(0, 2, 1))],
+                                                    ts, TensorType((b, m, n), "float32"))
     else:
         raise ValueError(f"unknown form {form!r}")
     return tvm.IRModule.from_expr(relay.Function([x, y], out))
@@ -122,10 +135,9 @@ def main(argv=None) -> int:
     for name, b, m, k, n in PRODUCTS:
         inputs = {"a": rng.standard_normal((b, m, k)).astype("float32"),
                   "b": rng.standard_normal((b, k, n)).astype("float32")}
-        forms = run_case({f: product_module(f, b, m, k, n) for f in ("nn", "nt")}, inputs, args)
+        forms = run_case({f: product_module(f, b, m, k, n) for f in FORMS}, inputs, args)
         rows.append({"case": name, "shape": [b, m, k, n], "gflop": 2 * b * m * k * n / 1e9, "forms": forms})
-        print(f"{name}: nn {forms['nn']['median_s'] * 1e3:.3f} ms, nt {forms['nt']['median_s'] * 1e3:.3f} ms",
-              flush=True)
+        print(f"{name}: " + ", ".join(f"{f} {forms[f]['median_s'] * 1e3:.3f} ms" for f in FORMS), flush=True)
     inputs = {"x": rng.standard_normal((1, 128, 768)).astype("float32")}
     modules = {"separate": norms_module(False, args.norms), "shared": norms_module(True, args.norms)}
     norms = run_case(modules, inputs, args)
@@ -137,12 +149,15 @@ def main(argv=None) -> int:
     machine = tables.machine_info()
     print()
     tables.print_table(
-        ["product", "B", "M", "K", "N", "nn ms", "nt ms", "nt/nn", "nn GFLOP/s", "nt GFLOP/s", "outputs agree"],
-        [[r["case"], *r["shape"], r["forms"]["nn"]["median_s"] * 1e3, r["forms"]["nt"]["median_s"] * 1e3,
-          r["forms"]["nt"]["over_first"], r["gflop"] / r["forms"]["nn"]["median_s"],
-          r["gflop"] / r["forms"]["nt"]["median_s"], r["forms"]["nt"]["ok"]] for r in rows],
-        title=(f"batch_matmul NN form vs NT with the transpose (medians of {args.repeat} timings in "
-               f"{args.rounds} interleaved rounds; {args.threads} thread; target {machine.get('target')})"))
+        ["product", "B", "M", "K", "N", *(f"{f} ms" for f in FORMS), "nt/nn", "dense/nt",
+         *(f"{f} GFLOP/s" for f in FORMS), "outputs agree"],
+        [[r["case"], *r["shape"], *(r["forms"][f]["median_s"] * 1e3 for f in FORMS), r["forms"]["nt"]["over_first"],
+          r["forms"]["dense"]["median_s"] / r["forms"]["nt"]["median_s"],
+          *(r["gflop"] / r["forms"][f]["median_s"] for f in FORMS), all(r["forms"][f]["ok"] for f in FORMS)]
+         for r in rows],
+        title=(f"batch_matmul NN form, NT with the transpose, and one dense per batch entry (medians of "
+               f"{args.repeat} timings in {args.rounds} interleaved rounds; {args.threads} thread; "
+               f"target {machine.get('target')})"))
     print()
     tables.print_table(
         ["scalar constants", "ms", "over separate", "0-d build params", "outputs agree"],

@@ -191,6 +191,19 @@ ops.register_relay("nn.matmul", _from_matmul, _to_matmul)
 ops.register_relay("nn.batch_matmul", _from_matmul, _to_batch_matmul)
 
 
+def _to_batch_dense(a, xs, ts, out):
+    """One nn.dense per batch entry (TVM's packed dense schedule), stacked. Each ``take`` gets an
+    index constant of its own (a 0-d constant shared by calls becomes a kernel argument)."""
+    def entry(x, i):
+        return relay.take(x, relay.const(np.array(i, dtype="int32")), axis=0)
+
+    return relay.stack([relay.nn.dense(entry(xs[0], i), entry(xs[1], i), units=ts[1].shape[1],
+                                       out_dtype=a.get("out_dtype", "")) for i in range(ts[0].shape[0])], axis=0)
+
+
+ops.register_relay("batch_dense", _written_only("Relay has no batch_dense"), _to_batch_dense)
+
+
 # -- pools -------------------------------------------------------------------------------
 
 def _from_pool(call, ts, out):

@@ -53,6 +53,11 @@ def _matmul(torch, a, xs, inst):
     return lambda: torch.matmul(A, B)
 
 
+def _batch_dense(torch, a, xs, inst):
+    b = xs[1].transpose(-1, -2)
+    return lambda: torch.bmm(xs[0], b)
+
+
 def _clip(torch, a, xs, inst):
     return lambda: torch.clamp(xs[0], a["a_min"], a["a_max"])
 
@@ -149,7 +154,7 @@ def _mean(torch, a, xs, inst):
 _TORCH = {
     **{op: _unary(fn) for op, fn in _UNARY.items()},
     **{op: _binary(fn) for op, fn in _BINARY.items()},
-    "nn.conv2d": _conv2d, "nn.dense": _dense, "nn.matmul": _matmul, "nn.batch_matmul": _matmul,
+    "nn.conv2d": _conv2d, "nn.dense": _dense, "nn.matmul": _matmul, "nn.batch_matmul": _matmul, "batch_dense": _batch_dense,
     "clip": _clip, "nn.leaky_relu": _leaky_relu, "nn.max_pool2d": _pool, "nn.avg_pool2d": _pool,
     "nn.global_avg_pool2d": _global_avg_pool, "nn.global_max_pool2d": _global_max_pool,
     "transpose": _transpose, "reshape": _reshape, "concatenate": _concatenate, "split": _split,

@@ -33,6 +33,8 @@ EXCLUDED_OPS = {
     "tuple": "only as the output of a graph with several sinks: no rule matches a tuple",
     **{op: "an approx rule's right side: drawn graphs hold the exact function, which the rule rewrites"
        for op in ("fast_exp", "fast_tanh", "fast_erf", "fast_sigmoid", "nn.fast_softmax")},
+    "batch_dense": "a rule's right side (batch-matmul-dense-per-batch): drawn graphs hold the batch_matmul "
+                   "it rewrites",
 }
 
 DIMS = (2, 3, 4, 1, 5)

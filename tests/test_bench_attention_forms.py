@@ -15,7 +15,7 @@ attention_forms = pytest.importorskip("attention_forms")
 pytest.importorskip("tvm")
 
 
-@pytest.mark.parametrize("form", ["nn", "nt"])
+@pytest.mark.parametrize("form", ["nn", "nt", "dense"])
 def test_each_product_form_is_a_times_b(form):
     import runtime_stats
 

@@ -56,6 +56,8 @@ GOOD = {
     "nn.batch_matmul": [({}, [t(2, 3, 4), t(2, 5, 4)], t(2, 3, 5)),
                         ({"transpose_a": True, "transpose_b": False}, [t(2, 4, 3), t(2, 4, 5)], t(2, 3, 5)),
                         ({}, [t(1, 3, 4), t(6, 5, 4)], t(6, 3, 5))],
+    "batch_dense": [({}, [t(2, 3, 4), t(2, 5, 4)], t(2, 3, 5)), ({}, [t(1, 1, 4), t(1, 7, 4)], t(1, 1, 7)),
+                    ({"out_dtype": "float64"}, [t(3, 2, 2), t(3, 2, 2)], t(3, 2, 2, dtype="float64"))],
     "nn.max_pool2d": [({"pool_size": (2, 2), "strides": (2, 2)}, [t(1, 3, 8, 8)], t(1, 3, 4, 4)),
                       ({"pool_size": (3, 3), "strides": (2, 2), "padding": (1, 1, 1, 1), "ceil_mode": True},
                        [t(1, 2, 4, 4)], t(1, 2, 3, 3)),
@@ -109,6 +111,9 @@ BAD = {
                   ({"transpose_a": 3}, [t(3, 4), t(4, 5)], "'transpose_a' must be a bool")],
     "nn.batch_matmul": [({}, [t(2, 3, 4), t(2, 4, 5)], MATMUL_BAD_K), ({}, [t(2, 3, 4), t(3, 5, 4)], "broadcast"),
                         ({}, [t(3, 4), t(5, 4)], "3-d")],
+    "batch_dense": [({}, [t(2, 3, 4), t(2, 5, 3)], MATMUL_BAD_K), ({}, [t(1, 3, 4), t(2, 5, 4)], "batch sizes differ"),
+                    ({}, [t(3, 4), t(5, 4)], "3-d"), ({}, [t(0, 3, 4), t(0, 5, 4)], "empty batch"),
+                    ({}, [t(2, 3, 4), t(2, 5, 4, dtype="float16")], "different dtypes")],
     "nn.max_pool2d": [({"pool_size": (5, 5)}, [t(1, 1, 4, 4)], "does not fit"),
                       ({"pool_size": (2,)}, [t(1, 1, 4, 4)], "'pool_size' must be a tuple of 2"),
                       ({"layout": "NHWC"}, [t(1, 4, 4, 1)], "layout"), ({}, [t(4, 4)], "4-d")],
@@ -152,7 +157,7 @@ BAD = {
 PATTERNS = {
     **{op: "broadcast" for op in BINARY + ["nn.bias_add"]},
     **{op: "elemwise" for op in UNARY + ["clip", "nn.leaky_relu"]},
-    **{op: "out_fusable" for op in ["nn.conv2d", "nn.dense", "nn.matmul", "nn.batch_matmul", "nn.batch_norm",
+    **{op: "out_fusable" for op in ["nn.conv2d", "nn.dense", "nn.matmul", "nn.batch_matmul", "batch_dense", "nn.batch_norm",
                                     "nn.softmax", "nn.fast_softmax"] + POOLS + GLOBAL_POOLS},
     **{op: "injective" for op in ["transpose", "reshape", "concatenate", "split", "strided_slice", "nn.pad",
                                   "tuple_get_item"]},
@@ -402,6 +407,13 @@ def test_batch_matmul_transposes_and_broadcast(ta, tb):
                 want = sum((a[0, k, i] if ta else a[0, i, k]) * (b[batch, j, k] if tb else b[batch, k, j])
                            for k in range(4))
                 assert out[batch, i, j] == pytest.approx(want, rel=1e-5, abs=1e-5)
+
+
+def test_batch_dense_is_batch_matmul_nt():
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((3, 4, 5)).astype("float32"), rng.standard_normal((3, 6, 5)).astype("float32")
+    np.testing.assert_array_equal(ops.evaluate("batch_dense", {}, [a, b]), ops.evaluate("nn.batch_matmul", {}, [a, b]))
+    assert _flops("batch_dense", {}, [t(3, 4, 5), t(3, 6, 5)]) == _flops("nn.batch_matmul", {}, [t(3, 4, 5), t(3, 6, 5)])
 
 
 def test_dense_and_matmul_by_hand():

@@ -410,6 +410,10 @@ class CostModel:
             if t is None and self.kind == "measured":
                 t = self._measure(inst)
                 source = "measured"
+            if t is None and self._parts(op, attrs, input_types, out_type):
+                t = sum(count * self.kernel_cost(*part)
+                        for count, *part in self._parts(op, attrs, input_types, out_type))
+                source = "kernels"
             if t is None and self.learned is not None:
                 t = self.learned.predict_one(op, attrs, input_types, out_type, self.target)
                 source = "learned"
@@ -420,8 +424,22 @@ class CostModel:
         self._kernel[key] = t
         return t
 
+    @staticmethod
+    def _parts(op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type) -> list[tuple]:
+        """[(count, op, attrs, input types, output type)] of the kernels TVM runs for an op
+        written as several (``OpDef.kernels``); [] for an op that is one kernel."""
+        d = ops.OPS.get(op)
+        if d is None or d.kernels is None:
+            return []
+        return [(count, o, ops.normalize_attrs(o, a, list(ins)), tuple(ins), out)
+                for count, o, a, ins, out in d.kernels(ops.OpAttrs(d, attrs), input_types, out_type)]
+
     def prefetch(self, instances: Sequence[OpInstance]) -> None:
-        """Fill kernel times for many instances at once (one batched prediction)."""
+        """Fill kernel times for many instances at once (one batched prediction); an op written
+        as several kernels has theirs prefetched."""
+        parts = [OpInstance(o, a, ins, out) for i in instances
+                 for _, o, a, ins, out in self._parts(i.op, i.attrs, i.input_types, i.out_type)]
+        instances = [i for i in instances if ops.OPS.get(i.op) is None or ops.OPS[i.op].kernels is None] + parts
         todo = [i for i in instances if (i.op, i.attrs, i.input_types, i.out_type) not in self._kernel]
         if self.kind in ("auto", "measured"):
             todo = [i for i in todo if self._cached(i) is None]

@@ -28,6 +28,8 @@ nn.dense (x, w)        out_dtype ("" ); x [..., K], w [N, K] -> [..., N]
 nn.matmul (a, b)       transpose_a: bool, transpose_b: bool, out_dtype
 nn.batch_matmul (a,b)  transpose_a: bool, transpose_b: bool, out_dtype
                        (Relay default transpose_b=True: [B,M,K] x [B,N,K])
+batch_dense (a, b)     out_dtype; [B,M,K] x [B,N,K] -> [B,M,N] (batch_matmul NT
+                       run as B nn.dense calls: no Relay op of its own)
 add subtract multiply  - (numpy broadcasting)
 divide maximum minimum
 power

@@ -77,6 +77,10 @@ class OpDef:
                     streamed from memory once per inference (``FusionRule.weights``)
     weight_slots    input positions that are weights in a model (bound as constants when measuring)
     vocab           fixed index in the learned cost model's op vocabulary (None: "op=<other>")
+    kernels         for an op TVM runs as several kernels (the backend writes it as several
+                    Relay calls): (OpAttrs, input types, output type) -> [(count, op, attrs,
+                    input types, output type)], the kernels whose times the cost model sums
+                    when it has no time for the op itself; None: one kernel of its own
     relay, torch    TVM-specific parts registered from ``relay_eqsat.passes``: the Relay
                     conversions and the torch-cuda measuring backend's op (None until registered)
     """
@@ -96,6 +100,7 @@ class OpDef:
     streamed_weights: tuple[int, ...] = ()
     weight_slots: tuple[int, ...] = ()
     vocab: int | None = None
+    kernels: Callable | None = None
     relay: RelayConversion | None = None
     torch: Callable | None = None
 

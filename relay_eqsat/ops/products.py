@@ -70,6 +70,65 @@ register(OpDef("nn.batch_matmul", 2, "out_fusable", _mm_infer, _mm_eval, _mm_flo
                defaults=dict(transpose_a=False, transpose_b=True, out_dtype=""), vocab=3))
 
 
+# -- batch_dense: a batch_matmul run as one nn.dense per batch entry ---------------------
+#
+# TVM's x86 batch_matmul schedule tiles by at most 8 and packs nothing: attention's
+# products (bert-base Q.K^T [12,128,64] x [12,128,64]^T) run at 20-30 GFLOP/s where
+# nn.dense's packed schedule runs one head's [128,64] x [128,64]^T at ~100
+# (bench/attention_forms.py). The backend writes batch_dense(a, b) as
+# stack([dense(take(a, i), take(b, i)) for i < B]).
+
+def _bd_shapes(a, ins) -> tuple[int, int, int, int]:
+    """(B, M, N, K) of batch_dense(a [B, M, K], b [B, N, K])."""
+    x, y = ins
+    require_ndim(a.op, x, 3)
+    require_ndim(a.op, y, 3)
+    (b, m, k), (b2, n, k2) = x.shape, y.shape
+    if b != b2:
+        raise ShapeError(f"{a.op}: batch sizes differ: {x} and {y}")
+    if k != k2:
+        raise ShapeError(f"{a.op}: reduction dims differ: {x} and {y}")
+    if b < 1:
+        raise ShapeError(f"{a.op}: empty batch: {x}")
+    return b, m, n, k
+
+
+def _bd_infer(a, ins):
+    dtype = same_dtype(a.op, ins)
+    b, m, n, _ = _bd_shapes(a, ins)
+    return TensorType((b, m, n), a.out_dtype(dtype))
+
+
+def _bd_eval(a, ins):
+    x, y = ins
+    return cast(np.matmul(f64(x), np.swapaxes(f64(y), -1, -2)), a.out_dtype(str(x.dtype)))
+
+
+def _bd_flops(a, ins, out):
+    b, m, n, k = _bd_shapes(a, ins)
+    return 2 * b * m * n * k
+
+
+def _bd_kernels(a, ins, out):
+    """What TVM runs for it: B denses, each batch entry of both operands taken out (a copy) and
+    the B results stacked (a copy of the output)."""
+    b, m, n, k = _bd_shapes(a, ins)
+    x, y = ins
+
+    def entry(t: TensorType):
+        return (b, "strided_slice", {"begin": (0, 0, 0), "end": (1,) + t.shape[1:], "strides": (1, 1, 1)},
+                (t,), TensorType((1,) + t.shape[1:], t.dtype))
+
+    piece = TensorType((1, m, n), out.dtype)
+    return [(b, "nn.dense", {"out_dtype": a.get("out_dtype", "")},
+             (TensorType((m, k), x.dtype), TensorType((n, k), y.dtype)), TensorType((m, n), out.dtype)),
+            entry(x), entry(y), (1, "concatenate", {"axis": 0}, (piece,) * b, out)]
+
+
+register(OpDef("batch_dense", 2, "out_fusable", _bd_infer, _bd_eval, _bd_flops, defaults=dict(out_dtype=""),
+               kernels=_bd_kernels))
+
+
 # -- NCHW windows ------------------------------------------------------------------
 
 def conv2d_out_hw(h, w, kh, kw, strides, padding, dilation):
