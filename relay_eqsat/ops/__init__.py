@@ -88,7 +88,8 @@ Adding an op:
 1. declare its ``OpDef`` in its family module (``register(OpDef(...))``): arity, pattern, infer,
    evaluate, flops (and ``bytes`` if not inputs + output), defaults/required/normalize, and the
    cost fields that apply (``fusion`` when it differs from the pattern's, ``conv``,
-   ``streamed_weights``, ``weight_slots``); leave ``vocab`` None (a new index changes the learned
+   ``streamed_weights``, ``weight_slots``, ``kernels`` for an op TVM runs as several kernels,
+   which the cost model then prices as their sum); leave ``vocab`` None (a new index changes the learned
    model's feature layout: bump ``FEATURE_VERSION`` in ``cost/learned.py`` and retrain);
 2. register its Relay conversions in ``passes/relay_ops.py`` (``register_relay(name,
    from_relay=..., to_relay=...)``), and its PyTorch equivalent in ``passes/torch_ops.py``
