@@ -154,7 +154,8 @@ def _mean(torch, a, xs, inst):
 _TORCH = {
     **{op: _unary(fn) for op, fn in _UNARY.items()},
     **{op: _binary(fn) for op, fn in _BINARY.items()},
-    "nn.conv2d": _conv2d, "nn.dense": _dense, "nn.matmul": _matmul, "nn.batch_matmul": _matmul, "batch_dense": _batch_dense,
+    "nn.conv2d": _conv2d, "nn.dense": _dense, "nn.matmul": _matmul, "nn.batch_matmul": _matmul,
+    "batch_dense": _batch_dense,
     "clip": _clip, "nn.leaky_relu": _leaky_relu, "nn.max_pool2d": _pool, "nn.avg_pool2d": _pool,
     "nn.global_avg_pool2d": _global_avg_pool, "nn.global_max_pool2d": _global_max_pool,
     "transpose": _transpose, "reshape": _reshape, "concatenate": _concatenate, "split": _split,

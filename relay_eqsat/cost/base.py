@@ -410,9 +410,9 @@ class CostModel:
             if t is None and self.kind == "measured":
                 t = self._measure(inst)
                 source = "measured"
-            if t is None and self._parts(op, attrs, input_types, out_type):
-                t = sum(count * self.kernel_cost(*part)
-                        for count, *part in self._parts(op, attrs, input_types, out_type))
+            parts = self._parts(op, attrs, input_types, out_type) if t is None else []
+            if parts:
+                t = sum(count * self.kernel_cost(*part) for count, *part in parts)
                 source = "kernels"
             if t is None and self.learned is not None:
                 t = self.learned.predict_one(op, attrs, input_types, out_type, self.target)
@@ -437,9 +437,11 @@ class CostModel:
     def prefetch(self, instances: Sequence[OpInstance]) -> None:
         """Fill kernel times for many instances at once (one batched prediction); an op written
         as several kernels has theirs prefetched."""
-        parts = [OpInstance(o, a, ins, out) for i in instances
-                 for _, o, a, ins, out in self._parts(i.op, i.attrs, i.input_types, i.out_type)]
-        instances = [i for i in instances if ops.OPS.get(i.op) is None or ops.OPS[i.op].kernels is None] + parts
+        kernels = []
+        for i in instances:
+            parts = self._parts(i.op, i.attrs, i.input_types, i.out_type)
+            kernels += [OpInstance(o, a, ins, out) for _, o, a, ins, out in parts] if parts else [i]
+        instances = kernels
         todo = [i for i in instances if (i.op, i.attrs, i.input_types, i.out_type) not in self._kernel]
         if self.kind in ("auto", "measured"):
             todo = [i for i in todo if self._cached(i) is None]
