@@ -5,9 +5,9 @@ search; its verdicts are kept in the cost database (the ``meta`` table of the
 sqlite file the cost model uses, ``$RELAY_EQSAT_COST_DB`` by default), keyed by
 what decides them:
 
-- ``pair``: (input program, result program, host, target, the check's settings)
-  -> keep or not, with the figures that decided it;
-- ``input``: (input program, every option, host, package version) -> "the result
+- ``pair``: (input program, result program, host, the runtime's thread count,
+  target, the check's settings) -> keep or not, with the figures that decided it;
+- ``input``: (input program, every option, host, thread count, package version) -> "the result
   was measured no faster": a later run on the same model with the same options
   returns the input at once, without searching;
 - ``win``: the same key -> the program that was measured faster (its nodes,
@@ -25,6 +25,7 @@ remembered: they warn on every run. Delete the database (or point
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Mapping
 
 import tvm
@@ -38,6 +39,16 @@ from .target import host_target
 #: report keys a verdict carries
 VERDICT_KEYS = ("changed", "reason", "verify_error", "runtime_before", "runtime_after", "measured_speedup",
                 "runtime_wins", "runtime_untimed")
+
+
+def runtime_threads() -> str:
+    """The thread count TVM's runtime is set to run a kernel with (``TVM_NUM_THREADS``, or its
+    default): part of a verdict's key, since a program measured faster on one thread need not be
+    on eight."""
+    num_threads = tvm.get_global_func("runtime.NumThreads", True)
+    if num_threads is not None:
+        return str(int(num_threads()))
+    return os.environ.get("TVM_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or "default"
 
 
 def program_hash(mod: tvm.IRModule) -> str:
@@ -108,7 +119,8 @@ class Verdicts:
         text = _options_text(opts)
         if text is None:
             return None
-        return ":".join(["eqsat_input", program_hash(before), host_target(), self.settings, __version__, text])
+        return ":".join(["eqsat_input", program_hash(before), host_target(), f"threads={runtime_threads()}",
+                         self.settings, __version__, text])
 
     def win_key(self, before: tvm.IRModule, opts: Mapping[str, Any]) -> str | None:
         key = self.input_key(before, opts)
@@ -116,7 +128,7 @@ class Verdicts:
 
     def pair_key(self, before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, Any]) -> str:
         return ":".join(["runtime_check", program_hash(before), program_hash(after), host_target(),
-                         str(opts.get("target")), str(opts.get("seed")), self.settings,
+                         f"threads={runtime_threads()}", str(opts.get("target")), str(opts.get("seed")), self.settings,
                          str(opts.get("check_time_limit"))])
 
     def rejected_input(self, before: tvm.IRModule, opts: Mapping[str, Any]) -> dict | None:

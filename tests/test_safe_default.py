@@ -208,6 +208,34 @@ def test_default_measures_and_remembers_a_rejection(monkeypatch, cost_db, builds
     assert q.last_report["runtime_check_cached"] and "remembered" in q.last_report["reason"]
 
 
+def test_a_verdict_is_not_reused_at_another_thread_count(monkeypatch, cost_db, builds):
+    """A rejection or a win measured with one runtime thread count is measured again under
+    another: a program faster on one thread need not be on eight."""
+    from relay_eqsat.passes import verdicts
+
+    mod = dense_net()
+    monkeypatch.setattr(verdicts, "runtime_threads", lambda: "1")
+    monkeypatch.setattr(eqsat_pass, "time_rounds", lambda modules, **kw: [[1e-3] * 9, [2e-3] * 9])
+    assert EqSatPass()(mod).same_as(mod) and len(builds) == 2
+    monkeypatch.setattr(verdicts, "runtime_threads", lambda: "8")
+    monkeypatch.setattr(eqsat_pass, "time_rounds", lambda modules, **kw: [[2e-3] * 9, [1e-3] * 9])
+    p = EqSatPass()
+    out = p(mod)
+    assert len(builds) == 4 and not p.last_report.get("runtime_check_cached")  # searched, built, timed again
+    assert not out.same_as(mod) and "measured no faster" not in p.last_report["reason"]
+    x = {"x": np.random.default_rng(4).standard_normal((1, 64)).astype("float32")}
+    np.testing.assert_allclose(run(build(out), x)[0], run(build(mod), x)[0], rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(verdicts, "runtime_threads", lambda: "1")  # back on one thread: its own verdict
+    q = EqSatPass()
+    assert q(mod).same_as(mod) and len(builds) == 4 and q.last_report["runtime_check_cached"]
+
+
+def test_runtime_threads_names_the_runtime_setting():
+    from relay_eqsat.passes.verdicts import runtime_threads
+
+    assert runtime_threads() == str(int(tvm.get_global_func("runtime.NumThreads")()))
+
+
 def test_default_remembers_a_measured_win(monkeypatch, cost_db, builds):
     monkeypatch.setattr(eqsat_pass, "time_rounds", lambda modules, **kw: [[2e-3] * 9, [1e-3] * 9])
     mod = dense_net()
