@@ -102,6 +102,7 @@ class Verdicts:
     def __init__(self, cache, settings: str):
         self.cache = cache
         self.settings = settings  # the runtime check's constants: a verdict under others is not reused
+        self.threads = f"threads={runtime_threads()}"  # read once: every key of one run names the same count
 
     def _get(self, key: str | None) -> dict | None:
         if self.cache is None or key is None:
@@ -119,8 +120,8 @@ class Verdicts:
         text = _options_text(opts)
         if text is None:
             return None
-        return ":".join(["eqsat_input", program_hash(before), host_target(), f"threads={runtime_threads()}",
-                         self.settings, __version__, text])
+        return ":".join(["eqsat_input", program_hash(before), host_target(), self.threads, self.settings,
+                         __version__, text])
 
     def win_key(self, before: tvm.IRModule, opts: Mapping[str, Any]) -> str | None:
         key = self.input_key(before, opts)
@@ -128,7 +129,7 @@ class Verdicts:
 
     def pair_key(self, before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, Any]) -> str:
         return ":".join(["runtime_check", program_hash(before), program_hash(after), host_target(),
-                         f"threads={runtime_threads()}", str(opts.get("target")), str(opts.get("seed")), self.settings,
+                         self.threads, str(opts.get("target")), str(opts.get("seed")), self.settings,
                          str(opts.get("check_time_limit"))])
 
     def rejected_input(self, before: tvm.IRModule, opts: Mapping[str, Any]) -> dict | None:
