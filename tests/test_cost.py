@@ -921,6 +921,15 @@ def test_find_model_borrows_the_nearest_shipped_cpu(tmp_path, monkeypatch):
     assert list(learned_mod._model_files(X86 + "rocketlake", "tvm-llvm")) == [spr, default]
     monkeypatch.setenv("RELAY_EQSAT_IGNORE_SHIPPED", "1")
     assert find_model(X86 + "rocketlake", "tvm-llvm") == default
+    monkeypatch.delenv("RELAY_EQSAT_IGNORE_SHIPPED")
+    # a target's own shipped file wins over a default trained on the same target, for it and its nearest
+    learned_mod.shipped_model_targets.cache_clear()
+    zen4 = _fake_model(tmp_path / model_filename(X86 + "znver4", "tvm-llvm"), normalize_target(X86 + "znver4"))
+    assert find_model(X86 + "znver4", "tvm-llvm") == zen4
+    assert find_model(X86 + "znver5", "tvm-llvm") == zen4
+    assert find_model("llvm -mtriple=aarch64-linux-gnu", "tvm-llvm") == default
+    monkeypatch.setenv("RELAY_EQSAT_IGNORE_SHIPPED", "1")
+    assert find_model(X86 + "znver4", "tvm-llvm") == default
     (tmp_path / "user").mkdir()
     own = _fake_model(tmp_path / "user" / model_filename(X86 + "rocketlake", "tvm-llvm"),
                       normalize_target(X86 + "rocketlake"))
@@ -929,7 +938,8 @@ def test_find_model_borrows_the_nearest_shipped_cpu(tmp_path, monkeypatch):
 
 def test_shipped_models_serve_their_own_cpu_and_the_nearest():
     """The real shipped files: each model's CPU gets that model; a Sapphire-Rapids-class CPU
-    under another Intel AVX-512 name gets Sapphire Rapids', a Zen 5 the znver4 default."""
+    under another Intel AVX-512 name gets Sapphire Rapids', a Zen 5 znver4's (its own file, not the
+    default's earlier znver4 model)."""
     from relay_eqsat.cost.learned import SHIPPED_DIR, find_model, shipped_model_targets
 
     targets = shipped_model_targets(SHIPPED_DIR, "tvm-llvm")
@@ -939,4 +949,6 @@ def test_shipped_models_serve_their_own_cpu_and_the_nearest():
     spr = next(p for t, p in targets.items() if "sapphirerapids" in t)
     assert find_model(X86 + "rocketlake", "tvm-llvm") == spr
     assert find_model(X86 + "graniterapids", "tvm-llvm") == spr
-    assert find_model(X86 + "znver5", "tvm-llvm") == SHIPPED_DIR / "default-tvm-llvm.json"
+    zen4 = next(p for t, p in targets.items() if "znver4" in t)
+    assert zen4.name != "default-tvm-llvm.json"  # znver4's own file, measured on a Zen 4 (2026-11-27)
+    assert find_model(X86 + "znver5", "tvm-llvm") == zen4

@@ -535,9 +535,10 @@ def _model_files(target: str, backend: str | None) -> Iterable[Path]:
 @functools.lru_cache(maxsize=None)
 def shipped_model_targets(directory: Path, backend: str) -> dict[str, Path]:
     """The targets the models shipped in ``directory`` for ``backend`` were trained on -> their
-    files, the backend's default first (read from each model's metadata, once)."""
+    files, a target's own file before the backend's default trained on the same target (read from
+    each model's metadata, once)."""
     files = [default_model_path(backend)] if directory == SHIPPED_DIR else []
-    files = [p for p in files if p.is_file()] + sorted(directory.glob(f"{backend}__*.json"))
+    files = sorted(directory.glob(f"{backend}__*.json")) + [p for p in files if p.is_file()]
     out: dict[str, Path] = {}
     for p in files:
         try:
