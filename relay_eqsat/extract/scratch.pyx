@@ -6,10 +6,10 @@ from libc.stdlib cimport free, malloc
 
 
 cdef class Scratch:
-    """Up to 32 malloc'd arrays of one run, all freed when the object goes away."""
+    """Up to 64 malloc'd arrays of one run, all freed when the object goes away."""
 
     def __cinit__(self):
-        self.cap = 32
+        self.cap = 64
         self.n = 0
         self.ptrs = <void**> malloc(self.cap * sizeof(void*))
         if self.ptrs == NULL:
