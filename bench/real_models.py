@@ -20,6 +20,8 @@ shapes given), its weights bound, and compiled by TVM for the host
                  keeps any gain the cost model predicts
   exact_math     EqSatPass(fast_math=False): the default without the approximate
                  rules (exp, tanh, erf and softmax stay exact)
+  without_rules  with --without-rules NAMES: the default rule set less those
+                 rules (what they add to the pass's result, timed side by side)
 
 Programs that are structurally identical (ignoring the pass's report
 attribute) are built and timed once and share the measurement ("= opt3" in
@@ -45,7 +47,7 @@ model and variant).
 
     python bench/real_models.py [--models all] [--variants all] [--zoo nasrnn,nasnet_a:small] [--threads 1]
                                 [--rounds 9] [--min-repeat-ms 200] [--quick] [--cost-db PATH] [--keep-cost-db]
-                                [--ignore-shipped]
+                                [--ignore-shipped] [--without-rules RULE,...]
 """
 from __future__ import annotations
 
@@ -70,6 +72,7 @@ MODELS_DIR = BENCH_DIR / "models"
 REAL_MODELS = tuple(export_onnx.MODELS)
 BASELINE = "opt3"
 RERUN = "default_rerun"
+WITHOUT = "without_rules"  # the defaults less --without-rules (a variant only when that is given)
 #: variant -> EqSatPass options (None: no pass). The option names live here only.
 VARIANT_OPTIONS: dict[str, dict | None] = {
     "opt3": None,
@@ -135,6 +138,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="RELAY_EQSAT_IGNORE_SHIPPED=1: the cost model ignores the shipped tables and models")
     ap.add_argument("--models-dir", default=str(MODELS_DIR), help="exported ONNX cache")
     ap.add_argument("--seed", type=int, default=0, help="random inputs")
+    ap.add_argument("--without-rules", default="", metavar="RULES",
+                    help="add the variant without_rules: the defaults less these rules (comma-separated)")
     ap.add_argument("--out", default=str(zoo_models.RESULTS_DIR / "real_models.json"), help="JSON result file")
     args = ap.parse_args(argv)
     if args.rounds is None:
@@ -150,6 +155,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     except ValueError as e:
         ap.error(str(e))
     args.variant_list = [BASELINE] + [v for v in VARIANTS if v in wanted and v != BASELINE]
+    args.without_rules = [r.strip() for r in args.without_rules.split(",") if r.strip()]
+    if args.without_rules:
+        try:
+            default_rules_without(args.without_rules)
+        except ValueError as e:
+            ap.error(str(e))
+        args.variant_list.append(WITHOUT)
     return args
 
 
@@ -206,22 +218,37 @@ def load_zoo(name: str, small: bool, seed: int = 0):
 
 # -- the variants ---------------------------------------------------------------------------------
 
-def make_pass(variant: str):
+def default_rules_without(names: Sequence[str]) -> list:
+    """The default rule set less the rules ``names`` (ValueError naming any it does not have)."""
+    from relay_eqsat.optimize import resolve_rules
+
+    rules = resolve_rules("default")
+    unknown = sorted(set(names) - {r.name for r in rules})
+    if unknown:
+        raise ValueError(f"--without-rules: no default rule named {', '.join(unknown)}")
+    return [r for r in rules if r.name not in set(names)]
+
+
+def make_pass(variant: str, without: Sequence[str] = ()):
     """``(EqSatPass, options it does not know)`` for ``variant``: options this EqSatPass lacks are
-    left out (and reported) rather than failing the variant."""
+    left out (and reported) rather than failing the variant. ``without``: the rules the
+    ``without_rules`` variant leaves out of the defaults."""
     from relay_eqsat.passes import DEFAULT_OPTIONS, EqSatPass
 
-    options = VARIANT_OPTIONS["default" if variant == RERUN else variant]
+    if variant == WITHOUT:
+        options = {"rules": default_rules_without(without)}
+    else:
+        options = VARIANT_OPTIONS["default" if variant == RERUN else variant]
     known = {k: v for k, v in options.items() if k in DEFAULT_OPTIONS}
     return EqSatPass(**known), sorted(set(options) - set(known))
 
 
-def run_pass(variant: str, bound) -> tuple[Any, dict]:
+def run_pass(variant: str, bound, without: Sequence[str] = ()) -> tuple[Any, dict]:
     """(the module after ``variant``'s pass, what to record: optimization seconds, the report's
     figures, warnings); the module is ``bound`` itself when the pass kept it."""
     import tvm
 
-    p, missing = make_pass(variant)
+    p, missing = make_pass(variant, without)
     with warnings.catch_warnings(record=True) as caught, runtime_stats.stopwatch() as took:
         warnings.simplefilter("always")
         with tvm.transform.PassContext(opt_level=3):
@@ -298,7 +325,7 @@ def run_variants(bound, inputs: Mapping, variants: Sequence[str], args, referenc
             continue
         for run in ((v, RERUN) if v == "default" else (v,)):
             try:
-                modules[run], records[run] = run_pass(run, bound)
+                modules[run], records[run] = run_pass(run, bound, args.without_rules)
             except Exception as e:  # noqa: BLE001 - one variant failing is a result
                 records[run] = {"error": f"pass failed: {tables.error_text(e)}"}
             print(f"  {run}: " + (records[run].get("error") or f"{records[run]['opt_time']:.1f} s, "

@@ -42,12 +42,27 @@ def test_parse_args_defaults_and_quick():
 
 
 @pytest.mark.parametrize("argv", [["--models", "resnet18"], ["--variants", "fast"], ["--zoo", "nasrnn:huge"],
-                                  ["--zoo", "nosuchmodel"], ["--threads", "0"]])
+                                  ["--zoo", "nosuchmodel"], ["--threads", "0"],
+                                  ["--without-rules", "conv-merge,no-such-rule"]])
 def test_parse_args_rejects_bad_values(argv, capsys):
     with pytest.raises(SystemExit) as e:
         real_models.parse_args(argv)
     assert e.value.code == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_without_rules_adds_a_variant_with_the_defaults_less_those_rules():
+    from relay_eqsat.optimize import resolve_rules
+
+    args = real_models.parse_args(["--variants", "default", "--without-rules", "channel-shuffle-interleave,conv-merge"])
+    assert args.variant_list == ["opt3", "default", "without_rules"]
+    assert args.without_rules == ["channel-shuffle-interleave", "conv-merge"]
+    assert real_models.parse_args([]).without_rules == []
+    p, missing = real_models.make_pass("without_rules", args.without_rules)
+    assert not missing
+    names = [r.name for r in p.options["rules"]]
+    assert len(names) == len(resolve_rules("default")) - 2
+    assert "channel-shuffle-interleave" not in names and "conv-merge" not in names and "conv-enlarge-1x1" in names
 
 
 def test_zoo_specs_small_from_flags():

@@ -520,7 +520,7 @@ def _model_files(target: str, backend: str | None) -> Iterable[Path]:
         for b in () if ignore_shipped() else backends:
             others = shipped_model_targets(SHIPPED_DIR, b)
             own = others.get(normalize_target(target))
-            if own is not None:  # the backend's default, trained on this very target
+            if own is not None:  # the shipped file for this very target (its own, else a default trained on it)
                 yield own
             for t in nearest.rank(target, list(others), host=nearest.host_vendor()):
                 yield others[t]

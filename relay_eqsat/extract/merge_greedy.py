@@ -35,7 +35,12 @@ OCF greedy chose badly on its own. ``bench/mcts_reward.py`` measures it: on
 86 (the other 0.0008% above it; OCF on 66, up to 5.1% above) in a median
 0.56 ms (OCF 0.21 ms, ILP-ACyc 78 ms).
 
-The kernel is ``shared.pyx``. ``greedy_merge`` is the extractor over an
+The kernel is ``shared.pyx``; it keeps each trial state's cost incrementally
+(reference counts and an undo log instead of a walk of the whole DAG per
+trial: the same choices, move for move). On 98 rollout e-graphs under
+znver4's model on a Zen 4 (``bench/mcts_reward.py``, 2026-11-27) a reward took
+a median 0.37 ms against 0.66 ms walking the whole DAG (BERT's 0.65 against
+9.1 ms, ViT's 0.42 against 4.4). ``greedy_merge`` is the extractor over an
 ``ExtractionProblem`` ("greedy-merge"); ``merge_cost`` the same cost straight
 from an e-graph's arrays, the MCTS reward (``ocf_cost``'s counterpart).
 """
