@@ -64,59 +64,122 @@ cdef struct _Dag:
     int32_t* post        # each visited class's place in the postorder (children first), when recorded
 
 
+cdef struct _Walk:
+    # one depth-first walk over the chosen nodes, from classes given one by one (``_walk_from``)
+    const int32_t* child_start
+    const int32_t* children
+    const int32_t* choice
+    const double* cost
+    int64_t* seen          # == stamp: reached
+    int64_t* active        # == stamp: on the path
+    int64_t stamp
+    int32_t* stack_c
+    int32_t* stack_p
+    bint strict            # a reached class without a choice fails the walk (else it is passed over)
+    int32_t* visited       # the reached classes, in preorder, with their cost summed (NULL: not recorded)
+    Py_ssize_t nvisited
+    double total
+    int32_t* post          # each reached class's place in the postorder (NULL: not recorded)
+    int32_t npost
+    # passed over (NULL: none): a class of the kept DAG, not changed (changed[c] != stamp), placed
+    # before ``minpost`` in the kept DAG's postorder ``kept_post``
+    const uint8_t* in_dag
+    const int64_t* changed
+    const int32_t* kept_post
+    int32_t minpost
+
+
+cdef void _walk_init(_Walk* w, const int32_t* child_start, const int32_t* children, const int32_t* choice,
+                     const double* cost, int64_t* seen, int64_t* active, int64_t stamp, int32_t* stack_c,
+                     int32_t* stack_p) noexcept nogil:
+    """A walk over these arrays that records nothing, passes over nothing and is not strict."""
+    w.child_start = child_start
+    w.children = children
+    w.choice = choice
+    w.cost = cost
+    w.seen = seen
+    w.active = active
+    w.stamp = stamp
+    w.stack_c = stack_c
+    w.stack_p = stack_p
+    w.strict = False
+    w.visited = NULL
+    w.nvisited = 0
+    w.total = 0.0
+    w.post = NULL
+    w.npost = 0
+    w.in_dag = NULL
+
+
+cdef inline void _reach(_Walk* w, int32_t c) noexcept nogil:
+    w.seen[c] = w.stamp
+    w.active[c] = w.stamp
+    if w.visited != NULL:
+        w.visited[w.nvisited] = c
+        w.nvisited += 1
+        w.total += w.cost[w.choice[c]]
+
+
+cdef int _walk_from(_Walk* w, int32_t c) noexcept nogil:
+    """Walk depth-first from class ``c`` (not yet reached, with a choice): 1 when the chosen nodes
+    close a cycle, -1 when ``strict`` and a reached class has no choice, else 0."""
+    cdef Py_ssize_t top = 0
+    cdef int32_t n, d, p
+    _reach(w, c)
+    w.stack_c[0] = c
+    w.stack_p[0] = w.child_start[w.choice[c]]
+    while top >= 0:
+        c = w.stack_c[top]
+        n = w.choice[c]
+        p = w.stack_p[top]
+        if p < w.child_start[n + 1]:
+            w.stack_p[top] = p + 1
+            d = w.children[p]
+            if w.seen[d] == w.stamp:
+                if w.active[d] == w.stamp:
+                    return 1  # a cycle through d
+                continue
+            if w.choice[d] < 0:
+                if w.strict:
+                    return -1
+                continue
+            if w.in_dag != NULL and w.in_dag[d] and w.changed[d] != w.stamp and w.kept_post[d] < w.minpost:
+                continue
+            _reach(w, d)
+            top += 1
+            w.stack_c[top] = d
+            w.stack_p[top] = w.child_start[w.choice[d]]
+        else:
+            w.active[c] = 0
+            if w.post != NULL:
+                w.post[c] = w.npost
+                w.npost += 1
+            top -= 1
+    return 0
+
+
 cdef double _evaluate(_Dag* g, bint record_post) noexcept nogil:
     """The cost of the DAG ``g.choice`` gives the roots, each class once; -1 when a reached class
     has no choice or the chosen nodes form a cycle. Fills ``g.visited`` with the reached classes
     and, with ``record_post``, ``g.post`` with their postorder."""
-    cdef Py_ssize_t top, i
-    cdef int32_t c, n, d, p, npost = 0
-    cdef double total = 0.0
+    cdef Py_ssize_t i
+    cdef int32_t c
+    cdef _Walk w
     g.stamp += 1
-    g.nvisited = 0
+    _walk_init(&w, g.child_start, g.children, g.choice, g.cost, g.seen, g.active, g.stamp, g.stack_c, g.stack_p)
+    w.strict = True
+    w.visited = g.visited
+    if record_post:
+        w.post = g.post
     for i in range(g.nroots):
         c = g.roots[i]
         if g.seen[c] == g.stamp:
             continue
-        n = g.choice[c]
-        if n < 0:
+        if g.choice[c] < 0 or _walk_from(&w, c) != 0:
+            g.nvisited = w.nvisited
             return -1.0
-        g.seen[c] = g.stamp
-        g.active[c] = g.stamp
-        g.visited[g.nvisited] = c
-        g.nvisited += 1
-        total += g.cost[n]
-        top = 0
-        g.stack_c[0] = c
-        g.stack_p[0] = g.child_start[n]
-        while top >= 0:
-            c = g.stack_c[top]
-            n = g.choice[c]
-            p = g.stack_p[top]
-            if p < g.child_start[n + 1]:
-                g.stack_p[top] = p + 1
-                d = g.children[p]
-                if g.seen[d] == g.stamp:
-                    if g.active[d] == g.stamp:
-                        return -1.0  # a cycle through d
-                    continue
-                n = g.choice[d]
-                if n < 0:
-                    return -1.0
-                g.seen[d] = g.stamp
-                g.active[d] = g.stamp
-                g.visited[g.nvisited] = d
-                g.nvisited += 1
-                total += g.cost[n]
-                top += 1
-                g.stack_c[top] = d
-                g.stack_p[top] = g.child_start[n]
-            else:
-                g.active[c] = 0
-                if record_post:
-                    g.post[c] = npost
-                    npost += 1
-                top -= 1
-    return total
+    g.nvisited = w.nvisited
+    return w.total
 
 
 cdef struct _Vec:
@@ -170,9 +233,10 @@ cdef inline int _log(_Trial* T, int32_t c) except -1:
     return 0
 
 
-cdef int _gain(_Trial* T, int32_t n) except -1:
-    """Node ``n``'s children each gain a reader (``n`` is now chosen by a member); a class that
-    joins brings its chosen node's children in with it."""
+cdef int _readers(_Trial* T, int32_t n, int delta) except -1:
+    """Node ``n``'s children each gain a reader (``delta`` 1: a member now chooses ``n``) or lose
+    one (-1). A class that gains its first joins with its chosen node's cost and brings that
+    node's children in with it; one left with none leaves and releases them."""
     cdef Py_ssize_t base = T.work.n, k
     cdef int32_t d, m
     for k in range(T.child_start[n], T.child_start[n + 1]):
@@ -181,42 +245,22 @@ cdef int _gain(_Trial* T, int32_t n) except -1:
         T.work.n -= 1
         d = T.work.a[T.work.n]
         _log(T, d)
-        T.rc[d] += 1
-        if T.member[d]:
+        T.rc[d] += delta
+        if delta > 0:
+            if T.member[d]:
+                continue
+            T.member[d] = 1
+            if not T.in_dag[d]:
+                _push(&T.changed, d)
+        elif T.rc[d] > 0:
             continue
-        T.member[d] = 1
-        if not T.in_dag[d]:
-            _push(&T.changed, d)
+        else:
+            T.member[d] = 0
         m = T.choice[d]
         if m < 0:
-            T.bad += 1
+            T.bad += delta
             continue
-        T.total += T.cost[m]
-        for k in range(T.child_start[m], T.child_start[m + 1]):
-            _push(&T.work, T.children[k])
-    return 0
-
-
-cdef int _lose(_Trial* T, int32_t n) except -1:
-    """Node ``n``'s children each lose a reader; a class left with none leaves with its cost and
-    releases its chosen node's children."""
-    cdef Py_ssize_t base = T.work.n, k
-    cdef int32_t d, m
-    for k in range(T.child_start[n], T.child_start[n + 1]):
-        _push(&T.work, T.children[k])
-    while T.work.n > base:
-        T.work.n -= 1
-        d = T.work.a[T.work.n]
-        _log(T, d)
-        T.rc[d] -= 1
-        if T.rc[d] > 0:
-            continue
-        T.member[d] = 0
-        m = T.choice[d]
-        if m < 0:
-            T.bad -= 1
-            continue
-        T.total -= T.cost[m]
+        T.total += delta * T.cost[m]
         for k in range(T.child_start[m], T.child_start[m + 1]):
             _push(&T.work, T.children[k])
     return 0
@@ -230,8 +274,8 @@ cdef int _switch(_Trial* T, int32_t c, int32_t n) except -1:
     T.choice[c] = n
     if T.member[c]:
         T.total += T.cost[n] - T.cost[old]
-        _gain(T, n)
-        _lose(T, old)
+        _readers(T, n, 1)
+        _readers(T, old, -1)
     return 0
 
 
@@ -249,46 +293,26 @@ cdef void _undo(_Trial* T, Py_ssize_t mark) noexcept nogil:
 
 
 cdef bint _cyclic(_Trial* T) noexcept nogil:
-    """Whether the members' chosen nodes form a cycle: a walk from every changed member, stopping
-    at unswitched classes of the kept DAG placed before every switched one in its postorder."""
-    cdef Py_ssize_t i, top
-    cdef int32_t c, d, n, p, minpost = 2147483647
+    """Whether the members' chosen nodes form a cycle: a walk from every changed member, passing
+    over unswitched classes of the kept DAG placed before every switched one in its postorder."""
+    cdef Py_ssize_t i
+    cdef int32_t c
+    cdef _Walk w
     T.cstamp += 1
+    _walk_init(&w, T.child_start, T.children, T.choice, T.cost, T.cseen, T.cactive, T.cstamp, T.dfs_c, T.dfs_p)
+    w.in_dag = T.in_dag
+    w.minpost = 2147483647
     for i in range(T.changed.n):
         c = T.changed.a[i]
         T.cchanged[c] = T.cstamp
-        if T.in_dag[c] and T.member[c] and T.post[c] < minpost:
-            minpost = T.post[c]
+        if T.in_dag[c] and T.member[c] and T.post[c] < w.minpost:
+            w.minpost = T.post[c]
+    w.changed = T.cchanged
+    w.kept_post = T.post
     for i in range(T.changed.n):
         c = T.changed.a[i]
-        if not T.member[c] or T.cseen[c] == T.cstamp or T.choice[c] < 0:
-            continue
-        T.cseen[c] = T.cstamp
-        T.cactive[c] = T.cstamp
-        top = 0
-        T.dfs_c[0] = c
-        T.dfs_p[0] = T.child_start[T.choice[c]]
-        while top >= 0:
-            c = T.dfs_c[top]
-            n = T.choice[c]
-            p = T.dfs_p[top]
-            if p < T.child_start[n + 1]:
-                T.dfs_p[top] = p + 1
-                d = T.children[p]
-                if T.cseen[d] == T.cstamp:
-                    if T.cactive[d] == T.cstamp:
-                        return True
-                    continue
-                if T.choice[d] < 0 or (T.in_dag[d] and T.cchanged[d] != T.cstamp and T.post[d] < minpost):
-                    continue
-                T.cseen[d] = T.cstamp
-                T.cactive[d] = T.cstamp
-                top += 1
-                T.dfs_c[top] = d
-                T.dfs_p[top] = T.child_start[T.choice[d]]
-            else:
-                T.cactive[c] = 0
-                top -= 1
+        if T.member[c] and T.cseen[c] != T.cstamp and T.choice[c] >= 0 and _walk_from(&w, c) == 1:
+            return True
     return False
 
 
