@@ -279,17 +279,53 @@ cdef int _switch(_Trial* T, int32_t c, int32_t n) except -1:
     return 0
 
 
-cdef void _undo(_Trial* T, Py_ssize_t mark) noexcept nogil:
-    """Restore the counts and memberships logged since ``mark``."""
+cdef struct _Mark:
+    # a trial state to return to: the log's and the changed list's lengths, the cost, the bad count
+    Py_ssize_t log
+    Py_ssize_t changed
+    double total
+    Py_ssize_t bad
+
+
+cdef inline _Mark _mark(_Trial* T) noexcept nogil:
+    cdef _Mark m
+    m.log = T.log.n
+    m.changed = T.changed.n
+    m.total = T.total
+    m.bad = T.bad
+    return m
+
+
+cdef void _rollback(_Trial* T, _Mark m) noexcept nogil:
+    """Back to the state of mark ``m``: the counts and memberships logged since restored (choices
+    are the caller's to restore)."""
     cdef Py_ssize_t i = T.log.n
     cdef int32_t c, v
-    while i > mark:
+    while i > m.log:
         i -= 2
         c = T.log.a[i]
         v = T.log.a[i + 1]
         T.rc[c] = v >> 1
         T.member[c] = v & 1
-    T.log.n = mark
+    T.log.n = m.log
+    T.changed.n = m.changed
+    T.total = m.total
+    T.bad = m.bad
+
+
+cdef int _keep(_Trial* T, _Dag* g, uint8_t* in_dag, Py_ssize_t C, double cost) except -1:
+    """Make the DAG the last whole walk visited (of cost ``cost``) the kept state, its trial empty."""
+    cdef Py_ssize_t i
+    memset(in_dag, 0, C * sizeof(uint8_t))
+    for i in range(g.nvisited):
+        in_dag[g.visited[i]] = 1
+    memcpy(T.member, in_dag, C * sizeof(uint8_t))
+    _count(g, T.rc, C)
+    T.log.n = 0
+    T.changed.n = 0
+    T.total = cost
+    T.bad = 0
+    return 0
 
 
 cdef bint _cyclic(_Trial* T) noexcept nogil:
@@ -377,9 +413,10 @@ def improve_shared(const int32_t[::1] node_class, const int32_t[::1] child_start
     cdef Py_ssize_t i, j, k, nusers, nrep, kept = 0, evaluations = 0, passes = 0
     cdef int32_t c, n, s, d, u, t, m, reader, readers, best_m
     cdef bint improved, ready
-    cdef double best, value, v, best_v, full, mark_total
+    cdef double best, value, v, best_v, full
     cdef int64_t ustamp = 0, tstamp = 0, wstamp = 0
-    cdef Py_ssize_t nq, qi, lifted, lift, mark_log, mark_changed, mark_bad
+    cdef Py_ssize_t nq, qi, lifted, lift
+    cdef _Mark kept_mark, alt_mark
     cdef int32_t x
     if child_start.shape[0] != N + 1 or node_cost.shape[0] != N or blacklisted.shape[0] != N:
         raise ValueError("node_class, child_start (one longer), node_cost and blacklisted must match")
@@ -468,7 +505,6 @@ def improve_shared(const int32_t[::1] node_class, const int32_t[::1] child_start
     memset(w_stamp, 0, C * sizeof(int64_t))
     memset(user_stamp, 0, C * sizeof(int64_t))
     memset(t_stamp, 0, C * sizeof(int64_t))
-    memset(in_dag, 0, C * sizeof(uint8_t))
     # the trial state
     cdef _Trial T
     cdef int32_t* tmp = <int32_t*> buf.take(C * sizeof(int32_t))
@@ -500,12 +536,8 @@ def improve_shared(const int32_t[::1] node_class, const int32_t[::1] child_start
     if best < 0:
         raise ValueError("the starting choice does not give the roots an acyclic DAG")
     try:
-        for i in range(g.nvisited):
-            in_dag[g.visited[i]] = 1
-        memcpy(T.member, in_dag, C * sizeof(uint8_t))
-        _count(&g, T.rc, C)
-        T.total = best
-        T.bad = 0
+        _keep(&T, &g, in_dag, C, best)
+        kept_mark = _mark(&T)
         improved = True
         while improved and passes < max_passes:
             improved = False
@@ -616,17 +648,11 @@ def improve_shared(const int32_t[::1] node_class, const int32_t[::1] child_start
                                         break
                                 if not ready:
                                     continue
-                                mark_log = T.log.n
-                                mark_changed = T.changed.n
-                                mark_total = T.total
-                                mark_bad = T.bad
+                                alt_mark = _mark(&T)
                                 _switch(&T, c, m)
                                 v = _checked(&T, &g, tmp, C, check)
                                 evaluations += 1
-                                _undo(&T, mark_log)
-                                T.changed.n = mark_changed
-                                T.total = mark_total
-                                T.bad = mark_bad
+                                _rollback(&T, alt_mark)
                                 choice[c] = rep_old[i]
                                 if v >= 0 and v < best_v:
                                     best_v = v
@@ -645,21 +671,11 @@ def improve_shared(const int32_t[::1] node_class, const int32_t[::1] child_start
                         best = full
                         kept += 1
                         improved = True
-                        memset(in_dag, 0, C * sizeof(uint8_t))
-                        for i in range(g.nvisited):
-                            in_dag[g.visited[i]] = 1
-                        memcpy(T.member, in_dag, C * sizeof(uint8_t))
-                        _count(&g, T.rc, C)
-                        T.log.n = 0
-                        T.changed.n = 0
-                        T.total = best
-                        T.bad = 0
+                        _keep(&T, &g, in_dag, C, best)
+                        kept_mark = _mark(&T)
                         break  # s is in the DAG now
                     else:
-                        _undo(&T, 0)
-                        T.changed.n = 0
-                        T.total = best
-                        T.bad = 0
+                        _rollback(&T, kept_mark)
                         for i in range(nrep - 1, -1, -1):
                             choice[rep_class[i]] = rep_old[i]
                         for i in range(nusers):
