@@ -222,11 +222,11 @@ def default_rules_without(names: Sequence[str]) -> list:
     """The default rule set less the rules ``names`` (ValueError naming any it does not have)."""
     from relay_eqsat.optimize import resolve_rules
 
-    rules = resolve_rules("default")
-    unknown = sorted(set(names) - {r.name for r in rules})
+    rules, left_out = resolve_rules("default"), set(names)
+    unknown = sorted(left_out - {r.name for r in rules})
     if unknown:
         raise ValueError(f"--without-rules: no default rule named {', '.join(unknown)}")
-    return [r for r in rules if r.name not in set(names)]
+    return [r for r in rules if r.name not in left_out]
 
 
 def make_pass(variant: str, without: Sequence[str] = ()):
