@@ -7,7 +7,8 @@ frontend), measures those the cache lacks (progress bar, each result written
 as it comes), retrains the learned model of (target, backend) on every cached
 row and prints its held-out error (``--sweep N`` adds N kernels of a generic
 shape sweep to the models' kernels, ``--sweep-large``, ``--sweep-heavy``,
-``--sweep-matvec`` and ``--sweep-small`` its tiers past that grid; ``--groups`` the models' fused groups, an
+``--sweep-matvec``, ``--sweep-small``, ``--sweep-columns``, ``--sweep-stem`` and
+``--sweep-elementwise`` its tiers past that grid; ``--groups`` the models' fused groups, an
 anchor with its element-wise epilogue, from which what a fused element-wise
 op costs is learned). With ``--fit-fusion`` it also times each
 model whole and fits the fusion weights of the node cost to those runtimes
@@ -66,6 +67,11 @@ SWEEP_FLAGS = (
      "inputs, RNN cells with small states"),
     ("--sweep-columns", "columns", "output-column", "dense layers whose output width x86 blocks well or badly "
      "(N = 24, 48, 197, 1000...), tall ones too: swapped operands, classifier heads"),
+    ("--sweep-stem", "stem", "stem", "a network's first convolution: 1-4 input channels, 3-11 px kernels with "
+     "strides, odd output widths, patch embeddings"),
+    ("--sweep-elementwise", "elementwise", "element-wise", "every element-wise, broadcast and normalizing op "
+     "(activations and their approximations, arithmetic, bias add, softmax, layer and batch norm, mean) on "
+     "2-D to 4-D tensors of 64 to 4M values"),
 )
 
 

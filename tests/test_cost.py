@@ -867,6 +867,53 @@ def test_sweep_small_kernel_tier():
         sweep_instances(1, tier="huge")
 
 
+def test_sweep_stem_tier_reads_images():
+    """``tier="stem"``: first convolutions on 1-4-channel images up to 320 px with large kernels and strides
+    (odd output widths among them) and patch embeddings (kernel = stride), under the tier's cap."""
+    from relay_eqsat import ops
+    from relay_eqsat.cost.analytic import op_flops_bytes
+    from relay_eqsat.cost.sweep import STEM_MAX_FLOPS, sweep_instances
+
+    stem = sweep_instances(60, seed=0, tier="stem")
+    assert [i.key() for i in stem] == [i.key() for i in sweep_instances(60, seed=0, tier="stem")]
+    assert len({i.key() for i in stem}) == 60 and {i.op for i in stem} == {"nn.conv2d"}
+    for i in stem:
+        assert i.input_types[0].shape[1] <= 4 and i.attrs["groups"] == 1
+        assert i.attrs == ops.normalize_attrs(i.op, dict(i.attrs.items_tuple()), i.input_types)
+        assert op_flops_bytes(i.op, i.attrs, i.input_types, i.out_type)[0] <= STEM_MAX_FLOPS
+    assert max(i.input_types[0].shape[2] for i in stem) >= 224
+    assert any(i.out_type.shape[3] % 2 for i in stem)  # odd output widths
+    assert any(i.attrs["strides"][0] == i.input_types[1].shape[2] >= 8 for i in stem)  # a patch embedding
+
+
+def test_sweep_elementwise_tier_covers_the_operator_table():
+    """``tier="elementwise"``: every element-wise, broadcast and normalizing op of the operator table
+    (TVM's approximations included), typed, with same-shape, per-channel and scalar operands, over
+    tensors of 64 to 4M values."""
+    from relay_eqsat import ops
+    from relay_eqsat.cost.sweep import ELEMENTWISE_VALUES, elementwise_ops, sweep_instances
+
+    drawn = elementwise_ops()
+    assert {"tanh", "erf", "sigmoid", "fast_erf", "fast_tanh", "nn.relu", "clip"} <= set(drawn["unary"])
+    assert {"add", "multiply", "nn.bias_add"} <= set(drawn["binary"])
+    assert {"nn.softmax", "nn.fast_softmax", "nn.layer_norm", "mean"} <= set(drawn["normalize"])
+    # every fused element-wise op the cost model knows is drawn (a new one joins by its table entry)
+    fused = {n for n, d in ops.OPS.items() if d.fusion == "fused" and d.arity in (1, 2)}
+    assert fused <= set(drawn["unary"]) | set(drawn["binary"])
+
+    ew = sweep_instances(400, seed=0, tier="elementwise")
+    assert [i.key() for i in ew] == [i.key() for i in sweep_instances(400, seed=0, tier="elementwise")]
+    assert {i.op for i in ew} == set().union(*drawn.values())
+    lo, hi = ELEMENTWISE_VALUES
+    for i in ew:
+        assert lo <= i.input_types[0].size <= hi
+        assert i.attrs == ops.normalize_attrs(i.op, dict(i.attrs.items_tuple()), i.input_types)
+        assert i.out_type == ops.infer_type(i.op, i.attrs, list(i.input_types))
+    second = [i.input_types[1].shape for i in ew if i.op in ("add", "multiply", "subtract", "divide")]
+    assert () in second and any(len(s) == 1 or s.count(1) == 3 for s in second if s)
+    assert {len(i.input_types[0].shape) for i in ew} == {2, 3, 4}
+
+
 # -- the nearest shipped model for a CPU nobody measured ------------------------------------
 X86 = "llvm -mtriple=x86_64-linux-gnu -mcpu="
 

@@ -10,21 +10,28 @@ kernels of the anchors that carry the time of CNNs and transformers (dense,
 batch_matmul, convolutions: plain, strided, 1x1, grouped, depthwise, and
 the pools) from fixed grids of sizes common in real networks, seeded and
 deterministic, each kernel's work capped so the sweep measures in minutes.
-Five more tiers reach past that grid, each a regime it draws rarely or
+Seven more tiers reach past that grid, each a regime it draws rarely or
 never and where held-out validation missed: high-resolution convolutions
 (``"large"``), convolutions above its work cap (``"heavy"``), dense layers of
-a few rows (``"matvec"``), kernels of a few microseconds (``"small"``) and
+a few rows (``"matvec"``), kernels of a few microseconds (``"small"``),
 dense layers whose output width TVM's x86 schedule blocks badly or well,
-tall ones among them (``"columns"``: a dense with its operands swapped).
+tall ones among them (``"columns"``: a dense with its operands swapped), a
+network's first convolution on the image (``"stem"``: 1-4 input channels,
+large kernels and strides, patch embeddings) and the element-wise,
+broadcast and normalizing ops (``"elementwise"``: every such op of the
+operator table, TVM's approximations included, over 2-D, 3-D and 4-D
+tensors of 64 to 4M values), of which a model brings a handful of shapes.
 ``relay-eqsat measure --sweep N`` (``--sweep-large N``, ``--sweep-heavy N``,
-``--sweep-matvec N``, ``--sweep-small N``, ``--sweep-columns N``) measures
-them beside the models' kernels.
+``--sweep-matvec N``, ``--sweep-small N``, ``--sweep-columns N``,
+``--sweep-stem N``, ``--sweep-elementwise N``) measures them beside the
+models' kernels.
 
 No TVM here: the instances are ``OpInstance``s with canonical attributes
 and inferred output types, measured by the ``Measurer`` like any other.
 """
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Callable
@@ -98,6 +105,30 @@ COLUMN_WIDTHS = (256, 512, 768, 1024, 2048, 3072, 4096)
 COLUMN_COLS = (7, 16, 24, 48, 49, 50, 64, 96, 100, 128, 196, 197, 200, 224, 256, 384, 768, 1000, 1024, 3072)
 COLUMN_MAX_FLOPS = 1e9
 
+#: the stem tier (``tier="stem"``): the first convolution of a network reads the image (1-4 channels) with
+#: a large kernel and a stride, and its output width is often odd or prime (224 px, 7x7 stride 2 unpadded:
+#: 109); the default grid starts at 16 channels and 112 px, and held out on Zen 4, SqueezeNet's
+#: 3->96 7x7 stride-2 stem was predicted 1.9x too slow from the other models' stems. Patch embeddings
+#: (ViT's 16x16 stride 16) are stems too.
+STEM_CHANNELS = (1, 3, 3, 3, 4)
+STEM_MAPS = (32, 64, 96, 112, 128, 160, 192, 224, 225, 227, 229, 256, 299, 320)
+STEM_OUT = (8, 16, 24, 32, 48, 64, 96, 128)
+STEM_KERNELS = (3, 3, 4, 5, 7, 7, 11)
+STEM_PATCHES = (2, 4, 8, 14, 16, 32)
+STEM_PATCH_OUT = (64, 96, 128, 192, 256, 384, 512, 768, 1024)
+STEM_MAX_FLOPS = 4e9
+STEM_KINDS = {"stem": 0.8, "patchify": 0.2}
+
+#: the element-wise tier (``tier="elementwise"``): activations, arithmetic with a same-shape, per-channel
+#: or scalar operand, bias adds, softmax, layer norm, batch norm and means, each of the operator table's
+#: ops of those kinds (``elementwise_ops``) over tensors of ``ELEMENTWISE_VALUES`` values. A zoo brings
+#: two to four shapes of ``tanh``, ``erf``, softmax or layer norm, from one or two models: held out on
+#: Zen 4, NasRNN's ``tanh`` was predicted 20x too fast and ViT's ``erf`` and softmax about 2x
+ELEMENTWISE_VALUES = (64, 1 << 22)
+ELEMENTWISE_KINDS = {"unary": 0.45, "binary": 0.25, "normalize": 0.3}
+#: attributes an op needs that the sweep cannot leave to its defaults
+ELEMENTWISE_ATTRS = {"clip": {"a_min": 0.0, "a_max": 6.0}}
+
 F32 = "float32"
 
 
@@ -136,6 +167,8 @@ class Grid:
     depthwise_kernels: tuple[int, ...] = (3, 3, 5)
     min_flops: float = 0.0  # a draw with no more work is drawn again (a tier above another's cap)
     columns: tuple[int, ...] | None = None  # a dense's output widths (default: ``widths``)
+    strides: tuple[int, ...] = (1, 1, 1, 2)  # a plain convolution's strides
+    out_channels: tuple[int, ...] | None = None  # a convolution's output channels (default: ``channels``)
 
 
 LARGE = Grid(LARGE_CHANNELS, LARGE_MAPS, tuple(LARGE_KINDS.items()), LARGE_MAX_FLOPS)
@@ -145,10 +178,16 @@ COLUMNS = Grid(kinds=(("dense", 1.0),), max_flops=COLUMN_MAX_FLOPS, rows=COLUMN_
                columns=COLUMN_COLS)
 SMALL = Grid(SMALL_CHANNELS, SMALL_MAPS, tuple(SMALL_KINDS.items()), SMALL_MAX_FLOPS, SMALL_ROWS, SMALL_WIDTHS,
              conv_kernels=(3, 3, 5, 7), depthwise_kernels=(3, 5, 7))
+STEM = Grid(STEM_CHANNELS, STEM_MAPS, tuple(STEM_KINDS.items()), STEM_MAX_FLOPS, conv_kernels=STEM_KERNELS,
+            strides=(1, 2, 2, 2, 4), out_channels=STEM_OUT)
+#: channels of 4-D tensors and widths of 2-D ones (the other sizes follow from the values drawn)
+ELEMENTWISE = Grid(CHANNELS, kinds=tuple(ELEMENTWISE_KINDS.items()), max_flops=float("inf"),
+                   widths=WIDTHS + (16, 30, 197, 512))
 
 #: the tiers ``sweep_instances`` draws from, by name
 #: (``relay-eqsat measure --sweep[-large|-heavy|-matvec|-small|-columns]``)
-TIERS = {"default": Grid(), "large": LARGE, "heavy": HEAVY, "matvec": MATVEC, "small": SMALL, "columns": COLUMNS}
+TIERS = {"default": Grid(), "large": LARGE, "heavy": HEAVY, "matvec": MATVEC, "small": SMALL, "columns": COLUMNS,
+         "stem": STEM, "elementwise": ELEMENTWISE}
 
 
 def _feature_map(r: random.Random, grid: Grid) -> tuple[int, int]:
@@ -159,7 +198,7 @@ def _feature_map(r: random.Random, grid: Grid) -> tuple[int, int]:
 def _plain_conv(r: random.Random, grid: Grid) -> OpInstance:
     c, h = _feature_map(r, grid)
     k = r.choice(grid.conv_kernels)
-    stride = r.choice((1, 1, 1, 2))
+    stride = r.choice(grid.strides)
     return _conv(TensorType((1, c, h, h), F32), (r.choice(grid.channels), c, k, k), stride, k // 2)
 
 
@@ -191,9 +230,104 @@ def _pool(r: random.Random, grid: Grid) -> OpInstance:
     return OpInstance.make(op, attrs, [x])
 
 
+def _stem(r: random.Random, grid: Grid) -> OpInstance:
+    """A first convolution on the image: few channels, large kernel, stride, padded or not."""
+    c, h = _feature_map(r, grid)
+    k = r.choice(grid.conv_kernels)
+    return _conv(TensorType((1, c, h, h), F32), (r.choice(grid.out_channels or grid.channels), c, k, k),
+                 r.choice(grid.strides), r.choice((k // 2, 0)))
+
+
+def _patchify(r: random.Random, grid: Grid) -> OpInstance:
+    """A patch embedding: kernel = stride, unpadded, wide output."""
+    c, p = r.choice(grid.channels), r.choice(STEM_PATCHES)
+    h = p * r.choice((7, 8, 14, 16, 24, 28, 56))
+    return _conv(TensorType((1, c, h, h), F32), (r.choice(STEM_PATCH_OUT), c, p, p), p, 0)
+
+
+def elementwise_ops() -> dict[str, tuple[str, ...]]:
+    """The operator table's ops the element-wise tier draws, by draw: ``unary`` (element-wise, one
+    input), ``binary`` (broadcast, two inputs; the bias add among them) and ``normalize`` (softmax,
+    layer and batch norm, reductions)."""
+    unary = tuple(n for n, d in ops.OPS.items() if d.pattern == "elemwise" and d.arity == 1)
+    binary = tuple(n for n, d in ops.OPS.items() if d.pattern == "broadcast" and d.arity == 2)
+    normalize = tuple(n for n, d in ops.OPS.items() if n in ("nn.softmax", "nn.fast_softmax", "nn.layer_norm",
+                                                              "nn.batch_norm", "mean"))
+    return {"unary": tuple(sorted(unary)), "binary": tuple(sorted(binary)), "normalize": tuple(sorted(normalize))}
+
+
+def _tensor(r: random.Random, grid: Grid) -> tuple[int, ...]:
+    """A 2-D (rows x width), 3-D (attention scores: heads x seq x seq) or 4-D (1 x C x H x H) shape of
+    about a number of values drawn log-uniformly from ``ELEMENTWISE_VALUES``: an RNN cell's 512 values
+    as often as a feature map's million. The width, channels or sequence come from the grid, the rest
+    is fitted to the size (drawn again if it falls outside)."""
+    lo, hi = ELEMENTWISE_VALUES
+    while True:
+        size = math.exp(r.uniform(math.log(lo), math.log(hi)))
+        form = r.random()
+        if form < 0.4:
+            w = r.choice(grid.widths)
+            shape = (max(1, round(size / w)), w)
+        elif form < 0.55:
+            s = r.choice(SEQ)
+            shape = (max(1, round(size / (s * s))), s, s)
+        else:
+            c = r.choice(grid.channels)
+            shape = (1, c) + (max(1, round(math.sqrt(size / c))),) * 2
+        n = math.prod(shape)
+        if lo <= n <= hi:
+            return shape
+
+
+def _made(op: str, attrs: dict, ins: list[TensorType]) -> OpInstance:
+    return OpInstance.make(op, ops.normalize_attrs(op, {**ELEMENTWISE_ATTRS.get(op, {}), **attrs}, ins), ins)
+
+
+def _unary(r: random.Random, grid: Grid) -> OpInstance:
+    return _made(r.choice(elementwise_ops()["unary"]), {}, [TensorType(_tensor(r, grid), F32)])
+
+
+def _binary(r: random.Random, grid: Grid) -> OpInstance:
+    """Same shapes, a per-channel operand (the bias add's, or broadcast along axis 1 of a 4-D
+    tensor / the last of a 2-D one), or a scalar."""
+    op, shape = r.choice(elementwise_ops()["binary"]), _tensor(r, grid)
+    x = TensorType(shape, F32)
+    channel = shape[1] if len(shape) == 4 else shape[-1]
+    if op == "nn.bias_add":
+        return _made(op, {"axis": 1 if len(shape) == 4 else len(shape) - 1}, [x, TensorType((channel,), F32)])
+    form = r.random()
+    if form < 0.5:
+        y = shape
+    elif form < 0.8:
+        y = (1, channel, 1, 1) if len(shape) == 4 else (channel,)
+    else:
+        y = ()
+    return _made(op, {}, [x, TensorType(y, F32)])
+
+
+def _normalize(r: random.Random, grid: Grid) -> OpInstance:
+    op, shape = r.choice(elementwise_ops()["normalize"]), _tensor(r, grid)
+    x = TensorType(shape, F32)
+    last = len(shape) - 1
+    if op == "nn.batch_norm":  # on feature maps
+        while len(shape) != 4:
+            shape = _tensor(r, grid)
+        x = TensorType(shape, F32)
+        vec = TensorType((shape[1],), F32)
+        return _made(op, {"axis": 1}, [x] + [vec] * 4)
+    if op == "nn.layer_norm":
+        vec = TensorType((shape[last],), F32)
+        return _made(op, {"axis": last}, [x, vec, vec])
+    if op == "mean":  # a row's mean (layer norm, written out), or a 4-D map's (global pooling)
+        axis = (2, 3) if len(shape) == 4 and r.random() < 0.5 else (last,)
+        return _made(op, {"axis": axis, "keepdims": True}, [x])
+    return _made(op, {"axis": last}, [x])
+
+
 DRAW: dict[str, Callable[[random.Random, Grid], OpInstance]] = {
     "dense": _dense, "batch_matmul": _batch_matmul, "conv": _plain_conv, "conv1x1": _conv1x1,
-    "depthwise": _depthwise, "grouped": _grouped, "pool": _pool}
+    "depthwise": _depthwise, "grouped": _grouped, "pool": _pool, "stem": _stem, "patchify": _patchify,
+    "unary": _unary, "binary": _binary, "normalize": _normalize}
 
 
 def sweep_instances(n: int, seed: int = 0, max_flops: float | None = None, tier: str = "default") -> list[OpInstance]:
