@@ -21,7 +21,8 @@ sizes:
 Inputs are normal with standard deviation 3; the error columns are the
 largest |TVM - reference| of each form, the reference being the table's numpy
 evaluation (float64, rounded to float32), and the fast form's over
-max(1, max |reference|) (the pass's output check's measure).
+max(1, max |reference|) (the pass's output check's measure until 2026-11-27; it is relative
+to max |reference| since).
 The forms of one case are timed in --rounds interleaved rounds.
 
     python bench/fast_math.py [--rounds 9] [--repeat 9] [--min-repeat-ms 100] [--scale 1]

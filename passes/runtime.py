@@ -357,9 +357,12 @@ def time_interleaved(modules: Sequence[graph_executor.GraphModule], number: int 
 
 
 def output_error(ref: Sequence[np.ndarray], got: Sequence[np.ndarray]) -> tuple[float, str | None]:
-    """(largest ``max|a-b| / max(1, max|a|)`` over the outputs, why it is
-    infinite or None): inf when the outputs differ in count, shape or dtype,
-    or one has inf/nan where the other has not."""
+    """(largest ``max|a-b| / max|a|`` over the outputs, why it is infinite or None): each output's
+    error relative to its own scale, so a classifier whose random weights leave logits of 1e-9 (or
+    1e-14) is held to the same digits as one with logits of 10 (relative to ``max(1, max|a|)``, as
+    before 2026-11-27, any program passes there). Infinite when the outputs differ in count, shape
+    or dtype, when one has inf/nan where the other has not, or when an output that is all zeros
+    (a zero-initialized head) is not matched exactly."""
     if len(ref) != len(got):
         return float("inf"), f"{len(ref)} outputs before, {len(got)} after"
     worst = 0.0
@@ -374,7 +377,12 @@ def output_error(ref: Sequence[np.ndarray], got: Sequence[np.ndarray]) -> tuple[
         same = (rf == gf) | (np.isnan(rf) & np.isnan(gf))
         if not np.all(same | finite):
             return float("inf"), f"output {k}: inf/nan in one program and not the other"
-        if finite.any():
-            scale = max(1.0, float(np.abs(rf[finite]).max()))
-            worst = max(worst, float(np.abs(rf - gf)[finite].max()) / scale)
+        if not finite.any():
+            continue
+        diff = float(np.abs(rf - gf)[finite].max())
+        scale = float(np.abs(rf[finite]).max())
+        if diff > 0 and scale == 0:
+            return float("inf"), f"output {k}: all zeros before, up to {diff:.3g} after"
+        if diff > 0:
+            worst = max(worst, diff / scale)
     return worst, None

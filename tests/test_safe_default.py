@@ -372,3 +372,37 @@ def test_measured_kernels_choose_but_do_not_veto_when_the_runtime_decides(monkey
     assert rep2.changed and rep2.info["calibration"]["vetoed"] and "runtime decides" in rep2.reason
     x = {"x": np.random.default_rng(3).standard_normal((1, 64)).astype("float32")}
     np.testing.assert_allclose(out2.evaluate(x)[0], g.evaluate(x)[0], rtol=1e-4, atol=1e-4)
+
+
+# -- the output check ---------------------------------------------------------------------------
+def test_output_error_is_relative_to_each_outputs_own_scale():
+    """Random-weight classifiers give logits of 1e-9 (MobileNet-v3) or 1e-14 (EfficientNet-B0): each
+    output is held to its own digits, as one of 10 is. 0.1% off fails at every scale, float32
+    rounding passes, an all-zero output (a zero-initialized head) must stay exactly zero."""
+    from relay_eqsat.passes.runtime import output_error
+
+    y = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+    for scale in (10.0, 1e-9, 1e-14):
+        ref = [y * np.float32(scale), np.float32(3.0) * y]
+        assert output_error(ref, [ref[0] * np.float32(1 + 1e-3), ref[1]])[0] == pytest.approx(1e-3, rel=0.01)
+        assert output_error(ref, [ref[0] * np.float32(1 + 2 ** -22), ref[1]])[0] <= 1e-6
+        assert output_error(ref, ref) == (0.0, None)
+    zero = [np.zeros(10, np.float32)]
+    assert output_error(zero, [np.zeros(10, np.float32)]) == (0.0, None)
+    err, why = output_error(zero, [np.full(10, 1e-30, np.float32)])
+    assert err == float("inf") and "all zeros before" in why
+
+
+def test_the_pass_check_rejects_a_wrong_program_with_tiny_outputs():
+    """compare_modules (the pass's output check) on a model whose outputs are ~1e-9: a weight 0.1%
+    off is a mismatch, the same program is not."""
+    x = relay.var("x", shape=(1, 64))
+    w = np.random.default_rng(1).standard_normal((32, 64)).astype("float32")
+
+    def module(weight):
+        y = relay.multiply(relay.nn.dense(x, relay.const(weight)), relay.const(np.float32(1e-9)))
+        return tvm.IRModule.from_expr(relay.Function([x], y))
+
+    assert eqsat_pass.compare_modules(module(w), module(w.copy()))["max_error"] == 0.0
+    with pytest.raises(eqsat_pass.EqSatVerificationError, match="relative"):
+        eqsat_pass.compare_modules(module(w), module(w * np.float32(1.001)))
