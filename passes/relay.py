@@ -16,6 +16,7 @@ shared, and leaves weight-only subgraphs as constant expressions for
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -28,6 +29,7 @@ from relay_eqsat import ops
 from relay_eqsat.graph import Attrs, TensorGraph, TensorType, TupleType, Type
 
 from .relay_ops import NotModelled  # importing it registers every op's Relay conversions
+from .scale_guard import guards
 from .runtime import build, executor
 from .target import host_target
 
@@ -260,6 +262,8 @@ class _Frontend:
     def _call(self, call: relay.Call) -> int:
         out = convert_type(call.checked_type)
         name = str(call.op.name)
+        if name == "copy":  # the identity (``to_relay`` guards a run-time scale with one: `scale_guard`)
+            return self.memo[call.args[0]]
         reason = "not modelled"
         if name in MODELLED_OPS:
             try:
@@ -434,9 +438,14 @@ def to_relay(graph: TensorGraph, signature: Sequence[tuple[str, TensorType]] | N
             return _relay_const(graph.constants[m.attrs["name"]])
         return exprs[j]
 
-    for i in graph.reachable():
+    live = graph.reachable()
+    constant = graph.is_constant()
+    readers = Counter(j for i in live for j in graph[i].inputs)
+    for i in live:
         n = graph[i]
         xs = [use(j) for j in n.inputs]
+        if guards(graph, i, constant, readers):  # a run-time scale TVM would fold into the weight
+            xs[0] = relay.copy(xs[0])
         if n.op == "var":
             name = n.attrs["name"]
             if name not in params:

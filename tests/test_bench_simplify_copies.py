@@ -26,4 +26,5 @@ def test_bench_counts_copies_kernels_and_checks_outputs(tmp_path):
     assert nas["kernels_own"] > nas["kernels_form"] and nas["max_error"] <= 1e-4
     assert nas["ms_own"] > 0 and nas["ms_form"] > 0 and nas["speedup"] > 0
     assert squeeze["copies_own"] == squeeze["copies_form"] == 0 and "kernels_own" not in squeeze  # nothing built
+    assert nas["scaled_own"] == nas["scaled_form"] == 0  # no run-time scale on a weighted op
     assert "SimplifyExpr" in out.with_suffix(".log").read_text()
