@@ -39,6 +39,10 @@ def test_parse_args_defaults_and_quick():
     assert full.model_list == list(real_models.REAL_MODELS) and "bert" in full.model_list
     assert full.variant_list == list(real_models.VARIANTS)
     assert full.zoo_list == [("nasrnn", False), ("nasnet_a", True)]
+    # "extra": the other exports, alone or beside named models; never part of "all"
+    extra = real_models.parse_args(["--models", "bert,extra"]).model_list
+    assert extra == ["bert", *real_models.EXTRA_MODELS] and "vit_b_16" in extra
+    assert not set(real_models.EXTRA_MODELS) & set(real_models.REAL_MODELS)
 
 
 @pytest.mark.parametrize("argv", [["--models", "resnet18"], ["--variants", "fast"], ["--zoo", "nasrnn:huge"],
