@@ -265,20 +265,20 @@ def _input_in_our_form(typed: tvm.IRModule, graph: TensorGraph, signature, func,
     values on every inference, which ``to_relay`` guards (`scale_guard`); else ``graph`` with
     ``report`` untouched (the input goes on)."""
     why = []
-    copies = copied_ops(typed)
-    if copies:
+    copies, scaled = copied_ops(typed), runtime_scaled_weights(typed)
+    if copies or scaled:
         mod = relay.transform.InferType()(tvm.IRModule.from_expr(to_relay(graph, signature=signature,
                                                                           attrs=func.attrs)))
-        left = copied_ops(mod)
+        left = copied_ops(mod) if copies else 0
         if left < copies:
             report["simplify_copies"] = [copies, left]
             why.append(f"TVM's SimplifyExpr copies {copies} shared operator calls of the input (its add(x, x) "
                        f"-> multiply(x, 2) rewrite loses the sharing), {left} of this form")
-    scaled = runtime_scaled_weights(typed)
-    if scaled:
-        report["scale_guards"] = scaled
-        why.append(f"TVM's FoldScaleAxis scales {scaled} weights of the input by values computed at run time, "
-                   "on every inference, none of this form")
+        unguarded = runtime_scaled_weights(mod) if scaled else 0
+        if unguarded < scaled:  # a weighted op the frontend keeps opaque (an NHWC convolution) keeps its scale
+            report["scale_guards"] = [scaled, unguarded]
+            why.append(f"TVM's FoldScaleAxis scales {scaled} weights of the input by values computed at run time, "
+                       f"on every inference, {unguarded} of this form")
     if not why:
         return graph
     before = (report.get("reason") or "nothing cheaper found").removesuffix("; input kept")

@@ -31,8 +31,16 @@ from tvm import relay
 
 from relay_eqsat.graph import TensorGraph, TensorType
 
-#: the weighted ops whose input scale FoldScaleAxis folds into the weight, and the data input's channel axis
-WEIGHTED = {"nn.conv2d": 1, "nn.dense": -1}
+#: the weighted ops whose input scale FoldScaleAxis folds into the weight
+WEIGHTED = ("nn.conv2d", "nn.dense")
+
+
+def channel_axis(op: str, data_layout: str | None) -> int:
+    """The axis of a weighted op's data input that its weight reduces over: a convolution's ``C`` of
+    its data layout (NCHW: 1, NHWC: 3), a dense layer's last."""
+    if op == "nn.conv2d":
+        return (data_layout or "NCHW").index("C")
+    return -1
 
 
 def is_axis_scale(scale: Sequence[int], data: Sequence[int], axis: int) -> bool:
@@ -57,8 +65,9 @@ def guards(graph: TensorGraph, i: int, constant: Sequence[bool], readers: Counte
     if m.op != "multiply" or readers[j] != 1 or any(constant[k] for k in m.inputs):
         return False
     data = m.type.shape if isinstance(m.type, TensorType) else ()
-    return any(isinstance(graph[k].type, TensorType) and is_axis_scale(graph[k].type.shape, data, WEIGHTED[n.op])
-               for k in m.inputs)
+    axis = channel_axis(n.op, n.attrs.get("data_layout"))
+    return bool(data) and any(isinstance(graph[k].type, TensorType) and is_axis_scale(graph[k].type.shape, data, axis)
+                              for k in m.inputs)
 
 
 def runtime_scaled_weights(mod: tvm.IRModule) -> int:
@@ -89,7 +98,7 @@ def runtime_scaled_weights(mod: tvm.IRModule) -> int:
                 or uses[m] != 1 or any(isinstance(a, relay.Constant) for a in m.args)):
             continue
         data = shape(m)
-        if data is not None and any((s := shape(a)) is not None and is_axis_scale(s, data, WEIGHTED[name])
-                                    for a in m.args):
+        axis = channel_axis(name, getattr(c.attrs, "data_layout", None))
+        if data and any((s := shape(a)) is not None and is_axis_scale(s, data, axis) for a in m.args):
             count += 1
     return count

@@ -16,7 +16,7 @@ from tvm import relay  # noqa: E402
 from relay_eqsat.passes import EqSatPass, from_relay  # noqa: E402
 from relay_eqsat.passes.relay import to_relay  # noqa: E402
 from relay_eqsat.passes.runtime import build, output_error, random_inputs, run  # noqa: E402
-from relay_eqsat.passes.scale_guard import is_axis_scale, runtime_scaled_weights  # noqa: E402
+from relay_eqsat.passes.scale_guard import channel_axis, is_axis_scale, runtime_scaled_weights  # noqa: E402
 from relay_eqsat.passes.target import host_target  # noqa: E402
 
 pytestmark = pytest.mark.tvm
@@ -70,6 +70,23 @@ def test_is_axis_scale():
     assert not is_axis_scale((1, 32, 8, 8), (1, 32, 8, 8), 1)  # x * sigmoid(x) on a feature map
     assert not is_axis_scale((4, 1280), (4, 1280), -1)  # a batch of rows: per element, not per channel
     assert not is_axis_scale((1, 1, 1, 1, 1), (1, 32, 8, 8), 1)
+    assert channel_axis("nn.conv2d", "NCHW") == 1 and channel_axis("nn.conv2d", "NHWC") == 3
+    assert channel_axis("nn.dense", None) == -1
+
+
+def test_an_nhwc_gate_counts_on_its_channel_axis_and_is_not_claimed_when_unguarded():
+    """The count reads an NHWC convolution's channel axis; the frontend keeps that convolution opaque,
+    so its form has the same scale: the pass does not offer it as a fix."""
+    x = relay.var("x", shape=(1, 8, 8, 32))
+    s = relay.sigmoid(relay.mean(x, axis=[1, 2], keepdims=True))  # [1, 1, 1, 32]
+    y = relay.nn.conv2d(relay.multiply(x, s), _const(1, 1, 32, 16), kernel_size=(1, 1), channels=16,
+                        data_layout="NHWC", kernel_layout="HWIO")
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
+    assert runtime_scaled_weights(mod) == 1
+    form = relay.transform.InferType()(tvm.IRModule.from_expr(to_relay(from_relay(mod))))
+    assert runtime_scaled_weights(form) == 1
+    eqsat = EqSatPass(**NOTHING_CHEAPER)
+    assert eqsat(mod).same_as(mod) and "scale_guards" not in eqsat.last_report
 
 
 def test_tvm_scales_weights_at_run_time_and_the_guarded_form_does_not():
@@ -108,7 +125,7 @@ def test_pass_returns_its_form_when_tvm_would_scale_weights():
     out = eqsat(mod)
     report = eqsat.last_report
     assert report["changed"] and not out.same_as(mod)
-    assert report["scale_guards"] == 2 and "FoldScaleAxis" in report["reason"]
+    assert report["scale_guards"] == [2, 0] and "FoldScaleAxis" in report["reason"]
     assert report["verify_error"] <= 1e-6 and runtime_scaled_weights(out) == 0
     # a program without such scales goes on untouched
     plain = _se_model(gate_shared=True, head=False)
