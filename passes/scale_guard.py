@@ -53,26 +53,35 @@ def is_axis_scale(scale: Sequence[int], data: Sequence[int], axis: int) -> bool:
     return all(e == 1 for k, e in enumerate(full) if k != axis)
 
 
+def _folded(op: str, data_layout: str | None, data: Sequence[int],
+            operands: Sequence[tuple[Sequence[int] | None, bool]]) -> bool:
+    """Whether FoldScaleAxis folds a ``multiply`` of ``operands`` ((shape or None, constant) each),
+    read by nothing but the weighted ``op``'s data input of shape ``data``, into its weight: every
+    operand computed at run time, one of them per channel."""
+    if op not in WEIGHTED or not data or any(const for _, const in operands):
+        return False
+    axis = channel_axis(op, data_layout)
+    return any(shape is not None and is_axis_scale(shape, data, axis) for shape, _ in operands)
+
+
 def guards(graph: TensorGraph, i: int, constant: Sequence[bool], readers: Counter) -> bool:
     """Whether node ``i``'s data input is a scale computed at run time that FoldScaleAxis would
-    fold into its weight: ``i`` is a weighted op (:data:`WEIGHTED`) reading a ``multiply`` of two
-    non-constant tensors, one of them per channel, that nothing else reads."""
+    fold into its weight (``_folded``): a ``multiply`` nothing else reads."""
     n = graph[i]
-    if n.op not in WEIGHTED or not n.inputs:
+    if n.op not in WEIGHTED or not n.inputs or graph[n.inputs[0]].op != "multiply" or readers[n.inputs[0]] != 1:
         return False
-    j = n.inputs[0]
-    m = graph[j]
-    if m.op != "multiply" or readers[j] != 1 or any(constant[k] for k in m.inputs):
-        return False
-    data = m.type.shape if isinstance(m.type, TensorType) else ()
-    axis = channel_axis(n.op, n.attrs.get("data_layout"))
-    return bool(data) and any(isinstance(graph[k].type, TensorType) and is_axis_scale(graph[k].type.shape, data, axis)
-                              for k in m.inputs)
+    m = graph[n.inputs[0]]
+
+    def shape(k):
+        return graph[k].type.shape if isinstance(graph[k].type, TensorType) else None
+
+    return _folded(n.op, n.attrs.get("data_layout"), shape(n.inputs[0]) or (),
+                   [(shape(k), constant[k]) for k in m.inputs])
 
 
 def runtime_scaled_weights(mod: tvm.IRModule) -> int:
     """How many weighted ops of the typed ``mod``'s ``main`` FoldScaleAxis would scale at run time
-    (the Relay counterpart of :func:`guards`)."""
+    (:func:`guards` on Relay)."""
     uses: Counter = Counter()
     calls = []
 
@@ -88,17 +97,10 @@ def runtime_scaled_weights(mod: tvm.IRModule) -> int:
         t = e.checked_type
         return [int(d) for d in t.shape] if isinstance(t, relay.TensorType) else None
 
-    count = 0
-    for c in calls:
-        name = c.op.name if isinstance(c.op, tvm.ir.Op) else ""
-        if name not in WEIGHTED or not c.args:
-            continue
-        m = c.args[0]
-        if (not isinstance(m, relay.Call) or not isinstance(m.op, tvm.ir.Op) or m.op.name != "multiply"
-                or uses[m] != 1 or any(isinstance(a, relay.Constant) for a in m.args)):
-            continue
-        data = shape(m)
-        axis = channel_axis(name, getattr(c.attrs, "data_layout", None))
-        if data and any((s := shape(a)) is not None and is_axis_scale(s, data, axis) for a in m.args):
-            count += 1
-    return count
+    def is_op(e, name):
+        return isinstance(e, relay.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name == name
+
+    return sum(1 for c in calls if isinstance(c.op, tvm.ir.Op) and c.args and is_op(c.args[0], "multiply")
+               and uses[c.args[0]] == 1
+               and _folded(c.op.name, getattr(c.attrs, "data_layout", None), shape(c.args[0]) or (),
+                           [(shape(a), isinstance(a, relay.Constant)) for a in c.args[0].args]))

@@ -31,6 +31,7 @@ and inferred output types, measured by the ``Measurer`` like any other.
 """
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass
@@ -245,14 +246,15 @@ def _patchify(r: random.Random, grid: Grid) -> OpInstance:
     return _conv(TensorType((1, c, h, h), F32), (r.choice(STEM_PATCH_OUT), c, p, p), p, 0)
 
 
+@functools.lru_cache(maxsize=None)
 def elementwise_ops() -> dict[str, tuple[str, ...]]:
     """The operator table's ops the element-wise tier draws, by draw: ``unary`` (element-wise, one
     input), ``binary`` (broadcast, two inputs; the bias add among them) and ``normalize`` (softmax,
     layer and batch norm, reductions)."""
     unary = tuple(n for n, d in ops.OPS.items() if d.pattern == "elemwise" and d.arity == 1)
     binary = tuple(n for n, d in ops.OPS.items() if d.pattern == "broadcast" and d.arity == 2)
-    normalize = tuple(n for n, d in ops.OPS.items() if n in ("nn.softmax", "nn.fast_softmax", "nn.layer_norm",
-                                                              "nn.batch_norm", "mean"))
+    normalize = tuple(n for n in ("nn.softmax", "nn.fast_softmax", "nn.layer_norm", "nn.batch_norm", "mean")
+                      if n in ops.OPS)
     return {"unary": tuple(sorted(unary)), "binary": tuple(sorted(binary)), "normalize": tuple(sorted(normalize))}
 
 
