@@ -27,13 +27,33 @@ from .relay import to_relay
 from .runtime import build, executor, layout_transform_seconds, set_inputs, time_module
 from .torch_ops import torch_closure
 
-def _input_array(t, rng):
-    """Random input values: positive floats (no NaN, no denormals), small ints."""
+def _input_array(t, rng, fan_in: int | None = None):
+    """Random input values: positive floats (no NaN, no denormals), small ints. ``fan_in``: the
+    operand is a product's constant (a dense or convolution weight): zero-mean normal values scaled
+    by one over the root of the product's reduction length, as a model's weights are, so the
+    product's output is of order one (see :func:`product_fan_in`)."""
     if np.issubdtype(np.dtype(t.dtype), np.integer):
         return rng.integers(0, 4, size=t.shape).astype(t.dtype)
     if np.dtype(t.dtype) == np.bool_:
         return rng.integers(0, 2, size=t.shape).astype(bool)
+    if fan_in is not None:
+        return (rng.standard_normal(t.shape) / np.sqrt(fan_in)).astype(t.dtype)
     return rng.uniform(0.5, 1.5, size=t.shape).astype(t.dtype)
+
+
+def product_fan_in(op: str, attrs, input_types, out_type) -> int | None:
+    """The reduction length of ``op`` when it is a product (dense, matmul, convolution: an
+    out-fusable op that does arithmetic), else None. Its constant operands are drawn zero-mean
+    and scaled by it: with positive weights a product's output grows with its reduction length
+    (about 1,000 for BERT's dense layers), which drives a fused ``erf``, ``tanh`` or ``sigmoid``
+    onto its saturated fast path; measured so, BERT's fused GELU cost 3.7 ns per element where
+    it costs 18 on O(1) values (Zen 4)."""
+    d = ops.get(op)
+    if d.pattern != "out_fusable":
+        return None
+    elements = int(np.prod(out_type.shape)) if out_type.shape else 1
+    f = ops.flops(op, attrs, input_types, out_type)
+    return max(1, f // (2 * elements)) if f > 0 and elements else None
 
 
 def relay_function(inst: OpInstance, seed: int = 0):
@@ -49,19 +69,25 @@ def relay_function(inst: OpInstance, seed: int = 0):
     rng = np.random.default_rng(seed)
     if inst.op == GROUP_OP:  # an anchor and its epilogue: the model's constants bound as weights
         g = group_graph(inst)
+        anchor = group_anchor(inst)
+        fan_in = product_fan_in(anchor.op, anchor.attrs, anchor.input_types, anchor.out_type)
+        anchor_operands = set(inst.attrs["nodes"][0]["inputs"])  # the group's inputs the anchor reads
         params, inputs = {}, {}
         for i in g.inputs:
             n = g.nodes[i]
             name = n.attrs["name"]
-            (params if name.startswith("p") else inputs)[name] = _input_array(n.type, rng)
+            weight = name.startswith("p")
+            (params if weight else inputs)[name] = _input_array(
+                n.type, rng, fan_in if weight and int(name[1:]) in anchor_operands else None)
         return to_relay(g), params, inputs
     weights = ops.get(inst.op).weight_slots
+    fan_in = product_fan_in(inst.op, inst.attrs, inst.input_types, inst.out_type)
     g = TensorGraph()
     ids, params, inputs = [], {}, {}
     for i, t in enumerate(inst.input_types):
         name = f"p{i}" if i in weights else f"x{i}"
         ids.append(g.var(name, t.shape, t.dtype))
-        (params if i in weights else inputs)[name] = _input_array(t, rng)
+        (params if i in weights else inputs)[name] = _input_array(t, rng, fan_in if i in weights else None)
     out = g.add(inst.op, ids, inst.attrs, type=inst.out_type)
     if inst.op == "nn.batch_norm":
         out = g.add("tuple_get_item", [out], {"index": 0})

@@ -8,7 +8,8 @@ as it comes), retrains the learned model of (target, backend) on every cached
 row and prints its held-out error (``--sweep N`` adds N kernels of a generic
 shape sweep to the models' kernels, ``--sweep-large``, ``--sweep-heavy``,
 ``--sweep-matvec``, ``--sweep-small``, ``--sweep-columns``, ``--sweep-stem`` and
-``--sweep-elementwise`` its tiers past that grid; ``--groups`` the models' fused groups, an
+``--sweep-elementwise`` its tiers past that grid, ``--sweep-epilogues`` fused groups
+of its own; ``--groups`` the models' fused groups, an
 anchor with its element-wise epilogue, from which what a fused element-wise
 op costs is learned). With ``--fit-fusion`` it also times each
 model whole and fits the fusion weights of the node cost to those runtimes
@@ -38,8 +39,8 @@ from relay_eqsat import progress
 from relay_eqsat.cli import add_common_arguments
 from relay_eqsat.cost.base import CostModel, FusionRule, fit_fusion
 from relay_eqsat.cost.cache import CostCache, all_samples, normalize_target, shipped_samples, shipped_table_path
-from relay_eqsat.cost.groups import fused_groups
-from relay_eqsat.cost.instance import instances_from_egraph, instances_from_graph, unique
+from relay_eqsat.cost.groups import fused_groups, group_anchor
+from relay_eqsat.cost.instance import GROUP_OP, instances_from_egraph, instances_from_graph, unique
 from relay_eqsat.cost import learned
 from relay_eqsat.cost.learned import LearnedCostModel, default_model_path, load_model, model_dir, model_filename
 from relay_eqsat.cost.measure import BackendUnavailable, MeasureConfig, Measurer
@@ -72,6 +73,9 @@ SWEEP_FLAGS = (
     ("--sweep-elementwise", "elementwise", "element-wise", "every element-wise, broadcast and normalizing op "
      "(activations and their approximations, arithmetic, bias add, softmax, layer and batch norm, mean) on "
      "2-D to 4-D tensors of 64 to 4M values"),
+    ("--sweep-epilogues", "epilogues", "fused-epilogue", "fused groups: a dense, convolution or batch_matmul "
+     "with the activation a model fuses into it (GELU, SiLU, hardswish, sigmoid, tanh, their fast "
+     "approximations, a residual add), from which a fused op's cost is learned beside the models' groups"),
 )
 
 
@@ -224,6 +228,11 @@ def run(args: argparse.Namespace) -> int:
     if args.saturate:
         instances = unique(instances + _rewritten_instances(graphs, args.saturate))
         print(f"with rewritten variants: {len(instances)} distinct kernels")
+    # a group's epilogue is learned against its anchor timed alone (`LearnedCostModel.train`)
+    anchors = unique(instances + [group_anchor(i) for i in instances if i.op == GROUP_OP])
+    if len(anchors) > len(instances):
+        print(f"with the anchors of the groups: {len(anchors)} distinct kernels")
+        instances = anchors
     if args.limit is not None:
         fresh = [i for i in instances if cache.get(i, measurer.target, measurer.backend) is None]
         instances = [i for i in instances if i not in set(fresh[args.limit:])]

@@ -914,6 +914,57 @@ def test_sweep_elementwise_tier_covers_the_operator_table():
     assert {len(i.input_types[0].shape) for i in ew} == {2, 3, 4}
 
 
+
+def test_sweep_epilogues_tier_draws_fused_groups_of_every_activation():
+    """``tier="epilogues"``: fused groups (a product, a bias add most of the time, an activation),
+    deterministic, each anchor under the tier's cap with its weight constant (so the measuring
+    worker draws it as a model's), every activation drawn; the groups are what ``fused_groups``
+    forms for the same program and their values are the program's."""
+    from relay_eqsat import ops
+    from relay_eqsat.cost.groups import fused_groups, group_anchor, group_graph
+    from relay_eqsat.cost.instance import GROUP_OP
+    from relay_eqsat.cost.sweep import EPILOGUE_ACTIVATIONS, EPILOGUE_ANCHORS, EPILOGUE_MAX_FLOPS, sweep_instances
+
+    eg = sweep_instances(200, seed=0, tier="epilogues")
+    assert [i.key() for i in eg] == [i.key() for i in sweep_instances(200, seed=0, tier="epilogues")]
+    assert all(i.op == GROUP_OP for i in eg)
+    anchors = [group_anchor(i) for i in eg]
+    assert {a.op for a in anchors} == {"nn.dense", "nn.conv2d", "nn.batch_matmul"}
+    assert set(EPILOGUE_ANCHORS) <= {"dense", "conv", "conv1x1", "depthwise", "batch_matmul"}
+    assert all(ops.flops(a.op, a.attrs, a.input_types, a.out_type) <= EPILOGUE_MAX_FLOPS for a in anchors)
+    bodies = [[n["op"] for n in i.attrs["nodes"]] for i in eg]
+    assert all(1 in i.attrs["constants"] for i in eg)  # the anchor's weight
+    assert all(len(b) >= 2 for b in bodies)
+    ops_seen = set().union(*map(set, bodies))
+    singles = {a for a in EPILOGUE_ACTIVATIONS if a in ops.OPS}
+    assert singles <= ops_seen and {"erf", "fast_erf", "sigmoid", "clip", "add", "multiply"} <= ops_seen
+    assert sum("nn.bias_add" in b for b in bodies) > len(eg) // 2
+    # a drawn GELU group is the group FuseOps forms for that program, and computes its values
+    gelu = next(i for i, b in zip(eg, bodies) if b == ["nn.dense", "nn.bias_add", "multiply", "erf", "multiply", "add",
+                                                      "multiply"])
+    g = group_graph(gelu)
+    rng = np.random.default_rng(0)
+    feed = {g.nodes[i].attrs["name"]: rng.standard_normal(g.nodes[i].type.shape).astype("float32")
+            for i in g.inputs}
+    prog = TensorGraph()
+    ids = [prog.const(feed[g.nodes[i].attrs["name"]]) if k in gelu.attrs["constants"]
+           else prog.var(g.nodes[i].attrs["name"], g.nodes[i].type.shape) for k, i in enumerate(g.inputs)]
+    for n in g.nodes[len(g.inputs):]:
+        ids.append(prog.add(n.op, [ids[j] for j in n.inputs], n.attrs, dedup=False))
+    prog.set_output(ids[-1])
+    (again,) = fused_groups(prog)
+    assert again.key() == gelu.key()
+    x = feed[g.nodes[g.inputs[0]].attrs["name"]]
+    w = feed[g.nodes[g.inputs[1]].attrs["name"]]
+    b = feed[g.nodes[g.inputs[2]].attrs["name"]]
+    c = [float(feed[g.nodes[i].attrs["name"]]) for i in g.inputs[3:]]
+    y = x @ w.T + b
+    from math import erf
+
+    want = (y * c[1]) * (np.vectorize(erf)(y * c[0]) + c[2])
+    np.testing.assert_allclose(g.evaluate(feed), want, rtol=1e-4, atol=1e-5)
+
+
 # -- the nearest shipped model for a CPU nobody measured ------------------------------------
 X86 = "llvm -mtriple=x86_64-linux-gnu -mcpu="
 

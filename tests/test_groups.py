@@ -198,4 +198,59 @@ def test_cli_measure_takes_the_models_groups(tmp_path, capsys):
     g = cli._load_graph("zoo:squeezenet", True)
     n = len(instances_from_graph(g)) + len(fused_groups(g))
     assert len(fused_groups(g)) > 0
-    assert f"with the models' fused groups: {n} distinct kernels and groups" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"with the models' fused groups: {n} distinct kernels and groups" in out
+    assert "anchors of the groups" not in out  # a model's anchors are its kernels already
+    # the sweep's groups bring their anchors, timed alone: the epilogue fit needs both
+    args = parser.parse_args(["measure", "--models", "zoo:squeezenet", "--small", "--sweep-epilogues", "3",
+                              "--limit", "0", "--no-train"])
+    assert args.func(args) == 0
+    m = len(instances_from_graph(g))
+    out = capsys.readouterr().out
+    assert f"with 3 fused-epilogue sweep kernels: {m + 3} distinct kernels" in out
+    assert f"with the anchors of the groups: {m + 6} distinct kernels" in out
+
+
+def test_a_groups_product_gets_a_models_weights_so_its_epilogue_sees_order_one_values():
+    """Measured with positive weights, a dense layer's output grows with its reduction length
+    (~1,000 in BERT), and a fused erf, tanh or sigmoid runs its saturated fast path: BERT's GELU
+    measured 3.7 ns per element where it costs 18 on a model's values. A product's constant
+    operands are drawn zero-mean and scaled by its fan-in; other constants (a batch norm's
+    variance) stay positive."""
+    pytest.importorskip("tvm")
+    from relay_eqsat.passes.kernels import product_fan_in, relay_function
+
+    k = 1024
+    g = TensorGraph()
+    y = g.add("nn.dense", [g.var("x", (16, k)), g.const(np.ones((256, k), np.float32), "w")], {"out_dtype": ""})
+    y = g.add("nn.bias_add", [y, g.const(np.ones((256,), np.float32), "b")], {"axis": 1})
+    y = g.add("multiply", [y, g.add("erf", [y])])
+    g.set_output(y)
+    (grp,) = fused_groups(g)
+    func, params, inputs = relay_function(grp)
+    w, b = params["p1"], params["p2"]
+    assert abs(float(w.mean())) < 0.01 and 0.8 / np.sqrt(k) < float(w.std()) < 1.2 / np.sqrt(k)
+    assert float(b.min()) > 0  # not the anchor's: a positive draw as before
+    sub = group_graph(grp)
+    dense = inputs["x0"] @ w.T
+    assert 0.5 < float(dense.std()) < 2.0 and float(np.abs(dense).mean()) < 2.0  # erf's input: order one
+    out = sub.evaluate({**params, **inputs})
+    pre = dense + b
+    np.testing.assert_allclose(out, pre * np.vectorize(__import__("math").erf)(pre), rtol=1e-4, atol=1e-5)
+    # alone, a dense's weight slot is drawn the same way; an element-wise op's input stays positive
+    anchor = group_anchor(grp)
+    assert product_fan_in(anchor.op, anchor.attrs, anchor.input_types, anchor.out_type) == k
+    _, p, _ = relay_function(anchor)
+    assert abs(float(p["p1"].mean())) < 0.01
+    e = OpInstance.make("erf", {}, [TensorType((4, 8))])
+    assert product_fan_in(e.op, e.attrs, e.input_types, e.out_type) is None
+    _, _, xin = relay_function(e)
+    assert float(xin["x0"].min()) >= 0.5
+    # a convolution's fan-in is its input channels per group times its window; the batch norm's
+    # parameters after it stay positive (a variance)
+    conv_group = fused_groups(_rnn_cell())[1]
+    anchor = group_anchor(conv_group)
+    assert product_fan_in(anchor.op, anchor.attrs, anchor.input_types, anchor.out_type) == 4 * 3 * 3
+    _, p, _ = relay_function(conv_group)
+    assert float(p["p1"].min()) < 0 < float(p["p1"].max())
+    assert all(float(v.min()) > 0 for name, v in p.items() if name != "p1")

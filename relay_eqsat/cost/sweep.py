@@ -20,10 +20,12 @@ network's first convolution on the image (``"stem"``: 1-4 input channels,
 large kernels and strides, patch embeddings) and the element-wise,
 broadcast and normalizing ops (``"elementwise"``: every such op of the
 operator table, TVM's approximations included, over 2-D, 3-D and 4-D
-tensors of 64 to 4M values), of which a model brings a handful of shapes.
+tensors of 64 to 4M values), of which a model brings a handful of shapes,
+and fused groups (``"epilogues"``: a product with the activation a model
+fuses into its kernel, measured as what the activation adds).
 ``relay-eqsat measure --sweep N`` (``--sweep-large N``, ``--sweep-heavy N``,
 ``--sweep-matvec N``, ``--sweep-small N``, ``--sweep-columns N``,
-``--sweep-stem N``, ``--sweep-elementwise N``) measures them beside the
+``--sweep-stem N``, ``--sweep-elementwise N``, ``--sweep-epilogues N``) measures them beside the
 models' kernels.
 
 No TVM here: the instances are ``OpInstance``s with canonical attributes
@@ -130,6 +132,21 @@ ELEMENTWISE_KINDS = {"unary": 0.45, "binary": 0.25, "normalize": 0.3}
 #: attributes an op needs that the sweep cannot leave to its defaults
 ELEMENTWISE_ATTRS = {"clip": {"a_min": 0.0, "a_max": 6.0}}
 
+#: the fused-epilogue tier (``tier="epilogues"``): an anchor with the activation a model fuses into
+#: its kernel, as a fused group (`relay_eqsat.cost.groups`) whose measured time is what the epilogue
+#: adds. What a fused op costs per value is learned from groups; the zoo brings ``erf`` in two models
+#: only (BERT, ViT), so with one of them held out it had no coefficient and the whole-graph fit
+#: stretched the dense layers' weight to cover the missing GELU (ViT held out +42% on Zen 4)
+EPILOGUE_ANCHORS = {"dense": 0.4, "conv1x1": 0.2, "conv": 0.15, "depthwise": 0.1, "batch_matmul": 0.15}
+#: an anchor above this many FLOPs is drawn again: the epilogue is timed as a difference of paired
+#: runs, which a long anchor's noise swamps
+EPILOGUE_MAX_FLOPS = 3e8
+#: the activations drawn after the anchor (and its bias add, most of the time): single ops of the
+#: operator table (those present in it) and the compositions exporters write
+EPILOGUE_ACTIVATIONS = ("nn.relu", "clip", "nn.leaky_relu", "sigmoid", "tanh", "erf", "exp", "fast_erf",
+                        "fast_tanh", "fast_sigmoid", "fast_exp", "gelu", "gelu-fast", "silu", "hardswish",
+                        "residual-relu")
+
 F32 = "float32"
 
 
@@ -184,11 +201,12 @@ STEM = Grid(STEM_CHANNELS, STEM_MAPS, tuple(STEM_KINDS.items()), STEM_MAX_FLOPS,
 #: channels of 4-D tensors and widths of 2-D ones (the other sizes follow from the values drawn)
 ELEMENTWISE = Grid(CHANNELS, kinds=tuple(ELEMENTWISE_KINDS.items()), max_flops=float("inf"),
                    widths=WIDTHS + (16, 30, 197, 512))
+EPILOGUES = Grid(kinds=(("epilogue", 1.0),), max_flops=EPILOGUE_MAX_FLOPS)
 
 #: the tiers ``sweep_instances`` draws from, by name
 #: (``relay-eqsat measure --sweep[-large|-heavy|-matvec|-small|-columns]``)
 TIERS = {"default": Grid(), "large": LARGE, "heavy": HEAVY, "matvec": MATVEC, "small": SMALL, "columns": COLUMNS,
-         "stem": STEM, "elementwise": ELEMENTWISE}
+         "stem": STEM, "elementwise": ELEMENTWISE, "epilogues": EPILOGUES}
 
 
 def _feature_map(r: random.Random, grid: Grid) -> tuple[int, int]:
@@ -326,10 +344,64 @@ def _normalize(r: random.Random, grid: Grid) -> OpInstance:
     return _made(op, {"axis": last}, [x])
 
 
+def _activation(g, y: int, name: str, const: Callable[[tuple], int], var: Callable[[tuple], int]) -> int:
+    """``name`` of :data:`EPILOGUE_ACTIVATIONS` applied to node ``y`` of ``g``; ``const(shape)``
+    adds an operand constant in the model (a scalar), ``var(shape)`` one that is not."""
+    if name in ("gelu", "gelu-fast"):  # y * 0.5 * (1 + erf(y / sqrt 2)), as ONNX exports write it
+        erf = g.add("erf" if name == "gelu" else "fast_erf", [g.add("multiply", [y, const(())])])
+        return g.add("multiply", [g.add("multiply", [y, const(())]), g.add("add", [erf, const(())])])
+    if name == "silu":
+        return g.add("multiply", [y, g.add("sigmoid", [y])])
+    if name == "hardswish":  # y * clip(y + 3, 0, 6) / 6
+        gate = g.add("clip", [g.add("add", [y, const(())])], {"a_min": 0.0, "a_max": 6.0})
+        return g.add("multiply", [g.add("multiply", [y, gate]), const(())])
+    if name == "residual-relu":  # a residual block's end: the shortcut added, then relu
+        return g.add("nn.relu", [g.add("add", [y, var(g.nodes[y].type.shape)])])
+    return g.add(name, [y], ops.normalize_attrs(name, ELEMENTWISE_ATTRS.get(name, {}), [g.nodes[y].type]))
+
+
+def _epilogue(r: random.Random, grid: Grid) -> OpInstance:
+    """A fused group: an anchor of :data:`EPILOGUE_ANCHORS` (drawn from the generic grid, at most
+    the tier's FLOPs), a bias add (four draws in five) and an activation."""
+    from ..graph import TensorGraph
+    from .groups import group_instance
+
+    kinds, weights = list(EPILOGUE_ANCHORS), list(EPILOGUE_ANCHORS.values())
+    while True:
+        anchor = DRAW[r.choices(kinds, weights)[0]](r, Grid())
+        if op_flops_bytes(anchor.op, anchor.attrs, anchor.input_types, anchor.out_type)[0] <= grid.max_flops:
+            break
+    act = r.choice(EPILOGUE_ACTIVATIONS)
+    g = TensorGraph()
+    const: list[int] = []
+
+    def operand(shape, constant):
+        i = g.var(f"v{len(g.nodes)}", shape)
+        if constant:
+            const.append(i)
+        return i
+
+    # the weight is a constant (a batch_matmul's too: the ONNX frontend's linear layer), so the
+    # measuring worker draws it as a model's and the activation sees values of order one
+    weights = ops.get(anchor.op).weight_slots or (1,)
+    ins = [operand(t.shape, k in weights) for k, t in enumerate(anchor.input_types)]
+    y = g.add(anchor.op, ins, anchor.attrs)
+    out = g.nodes[y].type.shape
+    if r.random() < 0.8:
+        axis = 1 if anchor.op == "nn.conv2d" else len(out) - 1
+        y = g.add("nn.bias_add", [y, operand((out[axis],), True)], {"axis": axis})
+    y = _activation(g, y, act, lambda shape: operand(shape, True), lambda shape: operand(shape, False))
+    is_const = [i in const for i in range(len(g.nodes))]
+    inst = group_instance(g, [i for i, n in enumerate(g.nodes) if n.op != "var"], is_const)
+    if inst is None:
+        raise ops.ShapeError(f"no group from {anchor.op} + {act}")
+    return inst
+
+
 DRAW: dict[str, Callable[[random.Random, Grid], OpInstance]] = {
     "dense": _dense, "batch_matmul": _batch_matmul, "conv": _plain_conv, "conv1x1": _conv1x1,
     "depthwise": _depthwise, "grouped": _grouped, "pool": _pool, "stem": _stem, "patchify": _patchify,
-    "unary": _unary, "binary": _binary, "normalize": _normalize}
+    "unary": _unary, "binary": _binary, "normalize": _normalize, "epilogue": _epilogue}
 
 
 def sweep_instances(n: int, seed: int = 0, max_flops: float | None = None, tier: str = "default") -> list[OpInstance]:
