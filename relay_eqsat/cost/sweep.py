@@ -40,8 +40,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import ops
-from ..graph import TensorType
+from ..graph import TensorGraph, TensorType
 from .analytic import op_flops_bytes
+from .groups import group_instance
 from .instance import OpInstance
 
 #: sizes drawn from (real networks' rows, widths, channels and feature maps)
@@ -142,7 +143,7 @@ EPILOGUE_ANCHORS = {"dense": 0.4, "conv1x1": 0.2, "conv": 0.15, "depthwise": 0.1
 #: runs, which a long anchor's noise swamps
 EPILOGUE_MAX_FLOPS = 3e8
 #: the activations drawn after the anchor (and its bias add, most of the time): single ops of the
-#: operator table (those present in it) and the compositions exporters write
+#: operator table and the compositions exporters write
 EPILOGUE_ACTIVATIONS = ("nn.relu", "clip", "nn.leaky_relu", "sigmoid", "tanh", "erf", "exp", "fast_erf",
                         "fast_tanh", "fast_sigmoid", "fast_exp", "gelu", "gelu-fast", "silu", "hardswish",
                         "residual-relu")
@@ -363,9 +364,6 @@ def _activation(g, y: int, name: str, const: Callable[[tuple], int], var: Callab
 def _epilogue(r: random.Random, grid: Grid) -> OpInstance:
     """A fused group: an anchor of :data:`EPILOGUE_ANCHORS` (drawn from the generic grid, at most
     the tier's FLOPs), a bias add (four draws in five) and an activation."""
-    from ..graph import TensorGraph
-    from .groups import group_instance
-
     kinds, weights = list(EPILOGUE_ANCHORS), list(EPILOGUE_ANCHORS.values())
     while True:
         anchor = DRAW[r.choices(kinds, weights)[0]](r, Grid())
