@@ -69,16 +69,15 @@ def relay_function(inst: OpInstance, seed: int = 0):
     rng = np.random.default_rng(seed)
     if inst.op == GROUP_OP:  # an anchor and its epilogue: the model's constants bound as weights
         g = group_graph(inst)
-        anchor = group_anchor(inst)
-        fan_in = product_fan_in(anchor.op, anchor.attrs, anchor.input_types, anchor.out_type)
-        anchor_operands = set(inst.attrs["nodes"][0]["inputs"])  # the group's inputs the anchor reads
+        anchor = g.nodes[len(g.inputs)]  # the group's first node after its inputs
+        fan_in = product_fan_in(anchor.op, anchor.attrs, [g.nodes[j].type for j in anchor.inputs], anchor.type)
         params, inputs = {}, {}
         for i in g.inputs:
             n = g.nodes[i]
             name = n.attrs["name"]
             weight = name.startswith("p")
             (params if weight else inputs)[name] = _input_array(
-                n.type, rng, fan_in if weight and int(name[1:]) in anchor_operands else None)
+                n.type, rng, fan_in if weight and i in anchor.inputs else None)
         return to_relay(g), params, inputs
     weights = ops.get(inst.op).weight_slots
     fan_in = product_fan_in(inst.op, inst.attrs, inst.input_types, inst.out_type)

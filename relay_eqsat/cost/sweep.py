@@ -371,12 +371,12 @@ def _epilogue(r: random.Random, grid: Grid) -> OpInstance:
             break
     act = r.choice(EPILOGUE_ACTIVATIONS)
     g = TensorGraph()
-    const: list[int] = []
+    const: set[int] = set()
 
     def operand(shape, constant):
         i = g.var(f"v{len(g.nodes)}", shape)
         if constant:
-            const.append(i)
+            const.add(i)
         return i
 
     # the weight is a constant (a batch_matmul's too: the ONNX frontend's linear layer), so the
