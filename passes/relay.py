@@ -26,6 +26,7 @@ import tvm
 from tvm import relay
 
 from relay_eqsat import ops
+from relay_eqsat.cost.inlining import fusion_cuts
 from relay_eqsat.graph import Attrs, TensorGraph, TensorType, TupleType, Type
 
 from .relay_ops import NotModelled  # importing it registers every op's Relay conversions
@@ -262,8 +263,8 @@ class _Frontend:
     def _call(self, call: relay.Call) -> int:
         out = convert_type(call.checked_type)
         name = str(call.op.name)
-        if name == "copy":  # the identity (``to_relay`` guards a run-time scale with one: `scale_guard`)
-            return self.memo[call.args[0]]
+        if name in ("copy", "annotation.stop_fusion"):  # identities ``to_relay`` writes (`scale_guard`,
+            return self.memo[call.args[0]]                 # `relay_eqsat.cost.inlining`)
         reason = "not modelled"
         if name in MODELLED_OPS:
             try:
@@ -441,9 +442,18 @@ def to_relay(graph: TensorGraph, signature: Sequence[tuple[str, TensorType]] | N
     live = graph.reachable()
     constant = graph.is_constant()
     readers = Counter(j for i in live for j in graph[i].inputs)
+    cuts = fusion_cuts(graph, live, constant)
+    stopped: dict[int, relay.Expr] = {}
+
+    def stop(j: int) -> relay.Expr:  # one stop_fusion per tensor, however many readers it cuts
+        if j not in stopped:
+            stopped[j] = relay.annotation.stop_fusion(exprs[j])
+        return stopped[j]
+
     for i in live:
         n = graph[i]
-        xs = [use(j) for j in n.inputs]
+        cut = cuts.get(i, ())
+        xs = [stop(j) if k in cut else use(j) for k, j in enumerate(n.inputs)]
         if guards(graph, i, constant, readers):  # a run-time scale TVM would fold into the weight
             xs[0] = relay.copy(xs[0])
         if n.op == "var":

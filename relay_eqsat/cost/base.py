@@ -88,6 +88,7 @@ from .. import ops
 from ..graph import Attrs, TensorGraph, TensorType, Type
 from .analytic import AnalyticModel, type_bytes
 from .cache import CostCache, ignore_shipped, normalize_target, shipped_table
+from .inlining import fusion_cuts
 from .instance import OpInstance
 from .learned import LearnedCostModel, load_model
 from .measure import BackendUnavailable, Measurer, resolve_target, select_backend
@@ -141,7 +142,8 @@ def fusion_hosts(graph: TensorGraph, live: Sequence[int] | None = None,
     (``_EPILOGUE_HOSTS``); a tuple's field only in the cases of `_piece_hosts`.
     A graph input, a reduction, an opaque op or a constant operand host nothing. A tensor read by
     several element-wise ops that meet again (a GELU's ``x * ... * x``) fuses as FuseOps fuses
-    it through their post-dominator (`_rejoins`).
+    it through their post-dominator (`_rejoins`). No op joins a producer's kernel across a cut
+    of `relay_eqsat.cost.inlining.fusion_cuts` (the backend stops TVM's fusion there).
     """
     live = graph.reachable() if live is None else live
     const = graph.is_constant() if const is None else const
@@ -155,6 +157,7 @@ def fusion_hosts(graph: TensorGraph, live: Sequence[int] | None = None,
     for j in list(consumers):  # a tensor whose element-wise readers meet again fuses as if read once
         if consumers[j] > 1 and j != graph.output and _rejoins(nodes, users, j):
             consumers[j] = 1
+    cuts = fusion_cuts(graph, live, const)
     hosts: dict[int, int] = {}
     out: dict[int, int] = {}
     for i in live:
@@ -162,8 +165,9 @@ def fusion_hosts(graph: TensorGraph, live: Sequence[int] | None = None,
         if fusion_class(n.op) != "fused" or const[i] or not n.inputs:
             continue
         host = None
-        for j in n.inputs:
-            if const[j] or consumers[j] != 1:
+        cut = cuts.get(i, ())
+        for k, j in enumerate(n.inputs):
+            if const[j] or consumers[j] != 1 or k in cut:
                 continue
             p = nodes[j]
             if p.op == "tuple_get_item":

@@ -115,7 +115,14 @@ _UNARY += [
     ("fast_erf", lambda x, a: _erf(x), _T, (), None, None),
     ("fast_sigmoid", lambda x, a: 0.5 * (1.0 + np.tanh(0.5 * x)), _T, (), None, None),
 ]
+#: how many times TVM's llvm lowering reads an op's operand (``OpDef.inline_reads``; 1 if not
+#: listed), as counted in the TIR of the op applied to an inlined producer
+#: (tests/test_inlining.py): tanh is legalized to two exps per sign, select-ed; the FastMath ops
+#: are polynomials evaluated on x and x * x; a fast sigmoid is its fast_exp's, a fast_erf also
+#: reads x for its NaN guard
+_INLINE_READS = {"tanh": 5, "nn.leaky_relu": 3, "fast_exp": 18, "fast_tanh": 19, "fast_erf": 23,
+                 "fast_sigmoid": 18}
 for _name, _fn, _cost, _num, _defaults, _vocab in _UNARY:
     register(OpDef(_name, 1, "elemwise", _unary_infer(_num), _unary_eval(_fn), per_element(_cost),
                    defaults=_defaults, required=tuple(k for k in _num if k not in (_defaults or {})),
-                   normalize=_normalize_floats(_num), vocab=_vocab))
+                   normalize=_normalize_floats(_num), vocab=_vocab, inline_reads=_INLINE_READS.get(_name, 1)))

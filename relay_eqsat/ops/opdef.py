@@ -77,6 +77,9 @@ class OpDef:
                     streamed from memory once per inference (``FusionRule.weights``)
     weight_slots    input positions that are weights in a model (bound as constants when measuring)
     vocab           fixed index in the learned cost model's op vocabulary (None: "op=<other>")
+    inline_reads    how many times TVM's lowering of the op for llvm reads each operand's expression
+                    (``fast_tanh`` 19: a polynomial in x and x*x); the expression a fused
+                    producer inlines into it is copied that many times (`relay_eqsat.cost.inlining`)
     kernels         for an op TVM runs as several kernels (the backend writes it as several
                     Relay calls): (OpAttrs, input types, output type) -> [(count, op, attrs,
                     input types, output type)], the kernels whose times the cost model sums
@@ -100,6 +103,7 @@ class OpDef:
     streamed_weights: tuple[int, ...] = ()
     weight_slots: tuple[int, ...] = ()
     vocab: int | None = None
+    inline_reads: int = 1
     kernels: Callable | None = None
     relay: RelayConversion | None = None
     torch: Callable | None = None
