@@ -407,13 +407,16 @@ def check_types(graph: TensorGraph, signature: Sequence[tuple[str, TensorType]] 
 
 
 def to_relay(graph: TensorGraph, signature: Sequence[tuple[str, TensorType]] | None = None,
-             attrs=None) -> relay.Function:
+             attrs=None, stop_fusion: bool = True) -> relay.Function:
     """The Relay function computing ``graph``'s output, one expression per node.
 
     Parameters are the graph's ``var`` nodes in order, or ``signature``
     (name, type) pairs when given (to keep the original function's signature
     even when the graph no longer uses some parameter). ``attrs`` are the
-    function attributes to keep.
+    function attributes to keep. An operand at a cut of
+    `relay_eqsat.cost.inlining.fusion_cuts` (a kernel whose inlined expression TVM
+    would take minutes to compile) is written as ``annotation.stop_fusion(x)``;
+    ``stop_fusion`` False writes none (``bench/build_time.py`` measures what they save).
 
     Types are checked first (:func:`check_types`): an ill-typed graph raises
     :class:`IllTypedGraph` before any Relay is built.
@@ -442,7 +445,7 @@ def to_relay(graph: TensorGraph, signature: Sequence[tuple[str, TensorType]] | N
     live = graph.reachable()
     constant = graph.is_constant()
     readers = Counter(j for i in live for j in graph[i].inputs)
-    cuts = fusion_cuts(graph, live, constant)
+    cuts = fusion_cuts(graph, live, constant) if stop_fusion else {}
     stopped: dict[int, relay.Expr] = {}
 
     def stop(j: int) -> relay.Expr:  # one stop_fusion per tensor, however many readers it cuts

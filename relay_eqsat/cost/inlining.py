@@ -84,15 +84,7 @@ def inlined_reads(graph: TensorGraph, live: Sequence[int] | None = None, const: 
     graph input, a constant (folded at build time), an opaque op or an anchor is one read; a
     reduction counts its inlined operands, but is one read to its consumers; a tuple or a tuple's
     field passes its operands' count on."""
-    live = graph.reachable() if live is None else live
-    const = graph.is_constant() if const is None else const
-    cuts = cuts or {}
-    kernel: dict[int, int] = {}
-    count: dict[int, int] = {}
-    for i in live:
-        kernel[i] = _expression(graph, i, const, count, cuts.get(i, frozenset()))
-        count[i] = 1 if _role(graph.nodes[i].op) == "reduce" else kernel[i]
-    return kernel
+    return _walk(graph, live, const, given=cuts or {})[0]
 
 
 def fusion_cuts(graph: TensorGraph, live: Sequence[int] | None = None, const: Sequence[bool] | None = None,
@@ -101,15 +93,22 @@ def fusion_cuts(graph: TensorGraph, live: Sequence[int] | None = None, const: Se
     (`inlined_reads`) exceeds ``limit`` reads. Nodes in topological order; at an element-wise,
     injective or reduction node over the limit, its tensor operands are cut largest first until it
     is within it. Empty for a program whose kernels are all within the limit."""
+    return _walk(graph, live, const, limit=limit)[1]
+
+
+def _walk(graph: TensorGraph, live: Sequence[int] | None, const: Sequence[bool] | None, limit: int | None = None,
+          given: dict[int, frozenset[int]] | None = None) -> tuple[dict[int, int], dict[int, frozenset[int]]]:
+    """(reads per node, cuts): with ``given`` cuts, or cutting where a node exceeds ``limit``."""
     live = graph.reachable() if live is None else live
     const = graph.is_constant() if const is None else const
-    count: dict[int, int] = {}
-    cuts: dict[int, frozenset[int]] = {}
+    kernel: dict[int, int] = {}
+    count: dict[int, int] = {}  # what a consumer inlines: a reduction's output is one read
+    cuts: dict[int, frozenset[int]] = dict(given or {})
     for i in live:
         n = graph.nodes[i]
         role = _role(n.op)
-        c = _expression(graph, i, const, count, frozenset())
-        if c > limit and role in ("inlined", "reduce"):
+        c = _expression(graph, i, const, count, cuts.get(i, frozenset()))
+        if limit is not None and c > limit and role in ("inlined", "reduce"):
             cut: set[int] = set()
             by_size = sorted((k for k, j in enumerate(n.inputs) if isinstance(graph.nodes[j].type, TensorType)),
                              key=lambda k: -_operand(count, n.inputs[k], const))
@@ -120,5 +119,6 @@ def fusion_cuts(graph: TensorGraph, live: Sequence[int] | None = None, const: Se
                 c = _expression(graph, i, const, count, frozenset(cut))
             if cut:
                 cuts[i] = frozenset(cut)
+        kernel[i] = c
         count[i] = 1 if role == "reduce" else c
-    return cuts
+    return kernel, cuts
