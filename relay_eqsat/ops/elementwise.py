@@ -117,7 +117,7 @@ _UNARY += [
 ]
 #: how many times TVM's llvm lowering reads an op's operand (``OpDef.inline_reads``; 1 if not
 #: listed), as counted in the TIR of the op applied to an inlined producer
-#: (tests/test_inlining.py): tanh is legalized to two exps per sign, select-ed; the FastMath ops
+#: (tests/test_inlining_relay.py): tanh is legalized to two exps per sign, select-ed; the FastMath ops
 #: are polynomials evaluated on x and x * x; a fast sigmoid is its fast_exp's, a fast_erf also
 #: reads x for its NaN guard
 _INLINE_READS = {"tanh": 5, "nn.leaky_relu": 3, "fast_exp": 18, "fast_tanh": 19, "fast_erf": 23,
