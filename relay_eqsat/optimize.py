@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 from . import rules as rules_mod
 from .cost import CostModel, make_cost_model
 from .cost.calibrate import Calibrator
+from .cost.inlining import fusion_cuts
 from .egraph import EGraph
 from .extract import get_extractor
 from .graph import TensorGraph
@@ -244,6 +245,9 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     rep.cost_after = cost_model.graph_cost(out)
     rep.nodes_after = len(out)
     rep.ops_after = out.op_counts()
+    cuts = sum(len(c) for c in fusion_cuts(out).values())
+    if cuts:  # kernels TVM would take minutes to compile whole: the backend stops fusion there
+        rep.info["fusion_cuts"] = cuts
     rep.total_time = time.perf_counter() - t0
     rep.info["min_gain"] = min_gain
     if rep.info.get("calibration", {}).get("vetoed"):

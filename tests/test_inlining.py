@@ -74,3 +74,17 @@ def test_the_cost_model_does_not_fuse_across_a_cut():
     g, (a, b, c, d) = _chain(["fast_tanh"] * 4)
     assert standalone_elementwise(g) == {d: c}  # the fourth is a kernel of its own, reading the third
     assert standalone_elementwise(_chain(["fast_tanh"] * 3)[0]) == {}
+
+
+def test_the_optimizers_report_counts_the_cuts_of_its_result():
+    """Exact tanh nested four deep become fast_tanh under the ``approx`` rules: the result's fourth
+    is cut from the third, and the report says so; kept exact, nothing is cut."""
+    from relay_eqsat.optimize import optimize_graph
+
+    g, _ = _chain(["tanh"] * 4, width=1024)
+    opts = {"cost": "learned", "target": "llvm -mtriple=x86_64-linux-gnu -mcpu=znver4"}
+    out, rep = optimize_graph(g, opts, progress=False)
+    assert rep.changed and out.op_counts().get("fast_tanh") == 4
+    assert rep.info["fusion_cuts"] == 1 == sum(len(c) for c in fusion_cuts(out).values())
+    out, rep = optimize_graph(g, dict(opts, fast_math=False), progress=False)
+    assert "fusion_cuts" not in rep.info
