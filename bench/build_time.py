@@ -165,6 +165,7 @@ def main(argv=None) -> int:
     except ValueError as e:
         ap.error(str(e))
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    from relay_eqsat.cost.inlining import MAX_INLINED_READS
 
     rows = [measure(f"{op} x{depth}", chain_graph(op, depth), args.timeout) for op, depth in cases]
     extra = {}
@@ -180,17 +181,11 @@ def main(argv=None) -> int:
           r["whole"]["build_s"] if r["whole"].get("finished") else f"> {args.timeout:g}",
           r["cut"]["build_s"] if r["cut"].get("finished") else r["cut"].get("note", "-"),
           f"{r['cut']['max_error']:.1e}" if r["cut"].get("finished") else "-"] for r in rows],
-        title=(f"TVM build of nested element-wise chains, whole and cut at {_limit()} reads (relay.build, "
+        title=(f"TVM build of nested element-wise chains, whole and cut at {MAX_INLINED_READS} reads (relay.build, "
                f"opt_level 3, a child process per build, {args.timeout:g} s limit)"))
-    tables.write_json(args.out, {"machine": tables.machine_info(), "args": vars(args), "limit": _limit(),
+    tables.write_json(args.out, {"machine": tables.machine_info(), "args": vars(args), "limit": MAX_INLINED_READS,
                                  "cases": rows, **extra})
     return 0
-
-
-def _limit() -> int:
-    from relay_eqsat.cost.inlining import MAX_INLINED_READS
-
-    return MAX_INLINED_READS
 
 
 if __name__ == "__main__":

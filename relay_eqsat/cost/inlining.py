@@ -42,11 +42,6 @@ MAX_INLINED_READS = 8192
 _INLINED = ("fused", "injective")
 
 
-def _reads(op: str) -> int:
-    d = ops.OPS.get(op)
-    return d.inline_reads if d is not None else 1
-
-
 def _role(op: str) -> str:
     """``inlined`` (element-wise, injective: its expression goes into its consumer's), ``reduce``
     (a reduction: FuseOps inlines its injective producers, its consumers read its output),
@@ -75,7 +70,7 @@ def _expression(graph: TensorGraph, i: int, const: Sequence[bool], count: dict[i
     if const[i] or not n.inputs or role == "read":
         return 1
     total = sum(1 if k in cut else _operand(count, j, const) for k, j in enumerate(n.inputs))
-    return _reads(n.op) * total if role == "inlined" else total
+    return ops.OPS[n.op].inline_reads * total if role == "inlined" else total
 
 
 def inlined_reads(graph: TensorGraph, live: Sequence[int] | None = None, const: Sequence[bool] | None = None,
