@@ -292,7 +292,10 @@ def _fit_with(model, cm, graphs: dict, whole: dict, samples, others: dict) -> No
     missing = sorted(set(graphs) - set(used))
     if missing:
         print(f"  no whole-model time for {', '.join(missing)}: left out of the fit")
-    fit = fit_fusion(cm, [(graphs[s], t) for s, t in used.items()])
+    # the models' other sizes (``others``) join the fit: a small configuration teaches it the per-kernel
+    # costs, and its choice of weights and prior leaves a model's two sizes out together
+    fitted = [(s, graphs[s], t) for s, t in used.items()] + [(s, g, t) for s, (g, t) in others.items()]
+    fit = fit_fusion(cm, [(g, t) for _, g, t in fitted], families=[s.split(" ")[0] for s, _, _ in fitted])
     print(fit)
     cm.fusion = fit.rule
     for spec, t in used.items():
@@ -373,6 +376,11 @@ def retrain_shipped(args, measurer, specs) -> int:
         _fit_into(model, target, backend, graphs, whole, samples, other_sizes(args.whole_times, whole))
     else:
         model.meta.update({k: old[k] for k in ("fusion", "fusion_fit", "whole_graph_error") if k in old})
+        # the kept weights were fitted to the weight term the old model had (`CostModel._weight_traffic`)
+        if "weight_rates" in old:
+            model.meta["weight_rates"] = old["weight_rates"]
+        else:
+            model.meta.pop("weight_rates", None)
         print("no --whole-times: the shipped model's fusion weights are kept, not refitted")
     model.save(path)
     print(f"saved {path}")

@@ -213,8 +213,8 @@ def test_learned_prediction_uses_the_target_lanes():
 
 
 def test_shipped_models_are_current():
-    """Every shipped model predicts the ratio to the v2 baseline (lane efficiency) and carries its
-    refitted fusion weights."""
+    """Every shipped model predicts the ratio to the current baseline and carries its refitted fusion
+    weights."""
     from relay_eqsat.cost.learned import BASELINE, FEATURE_VERSION, SHIPPED_DIR
 
     files = sorted(SHIPPED_DIR.glob("*.json"))
@@ -322,6 +322,37 @@ def test_schedule_efficiency_blocks_and_tiles():
     assert _eff(_wide_conv(71)) < _eff(_wide_conv(148)) < _eff(_wide_conv(72)) == 1.0
     assert _eff(_dense(197)) < _eff(_dense(50)) < _eff(_dense(200)) == 1.0
     assert _eff(_dense(197), lanes=None) == 1.0 and _eff(_wide_conv(71), lanes=None) == 1.0
+
+
+def _stem(cin, width=109, k=7):
+    """A conv k x k cin->96 with stride 2 whose output is ``width`` columns wide (SqueezeNet's
+    3-channel stem: 109, prime, one column at a time)."""
+    attrs = dict(strides=(2, 2), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1,
+                 data_layout="NCHW", kernel_layout="OIHW", out_dtype="")
+    side = 2 * (width - 1) + k
+    return OpInstance.make("nn.conv2d", attrs, [TensorType((1, cin, side, side), "float32"),
+                                               TensorType((96, cin, k, k), "float32")])
+
+
+def test_width_blocks_count_the_chains_the_cpu_overlaps():
+    """One column at a time, a short accumulation chain (3 channels x 3x3: 27 FMAs) overlaps with the
+    next columns' and runs near full speed; a long one (64 x 3x3) alone: v4 of the baseline counts it,
+    v2 and v3 (``chains=False``) do not, and the column blocks of full width are unaffected."""
+    from relay_eqsat.cost.simd import WIDTH_BLOCK, chain_length, chain_width, schedule_efficiency
+
+    def eff(inst, chains=True):
+        return schedule_efficiency(inst.op, inst.attrs, inst.input_types, inst.out_type, 16, chains=chains)
+
+    assert chain_length(_stem(3).input_types) == 147 and chain_length(_wide_conv(71).input_types) == 576
+    assert chain_width(1, 27) > 2 * chain_width(1, 576) and chain_width(8, 576) > 8
+    short, mid, long = _stem(3, k=3), _stem(3), _wide_conv(71)
+    assert eff(short) > eff(mid) > eff(long) > eff(long, chains=False) == (1 / 8) ** WIDTH_BLOCK[1]
+    assert eff(short, chains=False) == eff(mid, chains=False) == (1 / 8) ** WIDTH_BLOCK[1]  # 96 channels: full lanes
+    assert eff(_wide_conv(72)) == eff(_wide_conv(72), chains=False) == 1.0  # 24 columns: full speed either way
+    # the learned models keep the baseline they were trained on
+    from relay_eqsat.cost.learned import BASELINE, BASELINE_V3, lane_efficiencies
+    assert lane_efficiencies([mid], 16, BASELINE)[0] == eff(mid)
+    assert lane_efficiencies([mid], 16, BASELINE_V3)[0] == eff(mid, chains=False)
 
 
 def test_dense_column_blocks():

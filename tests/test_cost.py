@@ -466,8 +466,41 @@ def test_weight_traffic_term():
         pytest.approx(extra)
 
 
-def test_fit_fusion_recovers_weights():
-    cm = CostModel("analytic", TARGET)
+def test_weight_rates_price_the_stream_from_memory():
+    """A model trained on matrix-vector products of both regimes carries their rates (memory: the
+    weights beyond any cache; cache: 1-8 MiB), and a cost model with them charges each weight byte
+    the difference, nothing for a weight so large it streamed when timed alone too; without both
+    regimes measured, the older term (bytes at the roofline's bandwidth)."""
+    from relay_eqsat.cost.learned import STREAM_MIN_BYTES, weight_rates
+
+    samples = _synthetic_samples(40)
+    mem = [(dense(1, 8192, 4096), 4096 * 8192 * 4 / 30e9), (dense(2, 8192, 6144), 6144 * 8192 * 4 / 29e9),
+           (dense(1, 16384, 8192), 8192 * 16384 * 4 / 31e9)]
+    cached = [(dense(1, 512, 512), 512 * 512 * 4 / 95e9), (dense(4, 1024, 1024), 1024 * 1024 * 4 / 90e9)]
+    many_rows = [(dense(64, 8192, 4096), 1e-3)]  # not a matrix-vector product: not counted
+    assert weight_rates(samples + mem + many_rows) is None  # no cached one
+    rates = weight_rates(samples + mem + cached + many_rows)
+    assert rates == {"memory": pytest.approx(30e9), "cache": pytest.approx((95e9 + 90e9) / 2)}
+    model, _ = LearnedCostModel.train(samples + mem + cached, TARGET, "tvm-llvm", rounds=20)
+    assert model.meta["weight_rates"] == rates
+    cm = CostModel("learned", TARGET, learned=model, fusion=FusionRule(weights=1.0))
+    per_byte = 1 / rates["memory"] - 1 / rates["cache"]
+    assert cm.weight_byte_seconds == pytest.approx(per_byte)
+    layer = dense(1, 512, 512)  # NasRNN's: 1 MiB, 11 us from cache, 35 us from memory
+    assert cm._weight_traffic(layer.op, layer.input_types) == pytest.approx(512 * 512 * 4 * per_byte)
+    huge = dense(1, 16384, 8192)
+    assert huge.input_types[1].nbytes >= STREAM_MIN_BYTES and cm._weight_traffic(huge.op, huge.input_types) == 0.0
+    k = cm.kernel_cost(layer.op, layer.attrs, layer.input_types, layer.out_type)
+    assert cm.op_cost(layer.op, layer.attrs, layer.input_types, layer.out_type) == pytest.approx(
+        cm.fusion.anchor * k + 512 * 512 * 4 * per_byte)
+    older = LearnedCostModel(model.model, {k: v for k, v in model.meta.items() if k != "weight_rates"})
+    old_cm = CostModel("learned", TARGET, learned=older, fusion=FusionRule(weights=1.0))
+    assert old_cm.weight_byte_seconds is None
+    assert old_cm._weight_traffic(layer.op, layer.input_types) == pytest.approx(old_cm.analytic.bytes_cost(512 * 512 * 4))
+
+
+def _fusion_graphs():
+    """Ten small conv graphs of varied fusion structure (see test_fit_fusion_recovers_weights)."""
     graphs = []
     for c, h, residual, relus, transposed in [(8, 8, True, 1, True), (16, 8, False, 1, True),
                                               (16, 16, True, 2, False), (32, 8, True, 0, True),
@@ -490,6 +523,67 @@ def test_fit_fusion_recovers_weights():
             y = g.add("nn.softmax", [y], {"axis": 3})
         g.set_output(y)
         graphs.append(g)
+    return graphs
+
+
+def test_fit_fusion_chooses_by_leave_one_family_out():
+    """Where neither the weights to fit nor the prior are given, the fit picks the choice whose
+    leave-one-family-out error is least (the weights it fitted and the prior in the report); a
+    model's two sizes leave together; with fewer than three families, every weight and the weak
+    prior (as before the choice)."""
+    from relay_eqsat.cost.base import ALL_TERMS, DEFAULT_PRIOR, DISCOUNTS, PRIOR_GRID
+
+    cm = CostModel("analytic", TARGET)
+    graphs = _fusion_graphs()
+    truth = CostModel("analytic", TARGET, fusion=FusionRule(fused=0.3, injective=0.8, launch=1.5, conv=0.9,
+                                                            anchor=1.2))
+    rng = np.random.default_rng(1)
+    samples = [(g, truth.graph_cost(g) * float(rng.uniform(0.93, 1.07))) for g in graphs]
+    families = [f"m{i // 2}" for i in range(len(graphs))]  # five models at two sizes
+    rep = fit_fusion(cm, samples, families=families)
+    assert rep.prior_strength in PRIOR_GRID and rep.loo_mean_ape is not None
+    assert f"prior {rep.prior_strength:g}" in str(rep)
+    for fit in (DISCOUNTS, ALL_TERMS):
+        for p in PRIOR_GRID:
+            other = fit_fusion(cm, samples, fit=fit, prior_strength=p, families=families)
+            assert rep.loo_mean_ape <= other.loo_mean_ape + 1e-12
+    # leave-one-family-out differs from leaving one graph out
+    per_graph = fit_fusion(cm, samples, fit=rep.fitted, prior_strength=rep.prior_strength)
+    assert per_graph.loo_mean_ape != pytest.approx(rep.loo_mean_ape)
+    two = fit_fusion(cm, samples[:4], families=families[:4])
+    assert two.prior_strength == DEFAULT_PRIOR and two.loo_mean_ape is None
+    assert set(two.fitted) == {t for t in ALL_TERMS if any(cm.graph_terms(g)[FusionRule.TERMS.index(t)]
+                                                             for g, _ in samples[:4])}
+    with pytest.raises(ValueError, match="one label per sample"):
+        fit_fusion(cm, samples, families=families[:3])
+
+
+def test_fit_fusion_takes_a_measured_stream_at_face_value():
+    """With weight rates measured, a choice that does not fit the weights term holds it at 1."""
+    samples = _synthetic_samples(40) + [(dense(1, 8192, 4096), 4096 * 8192 * 4 / 30e9),
+                                        (dense(1, 512, 512), 512 * 512 * 4 / 95e9)]
+    model, _ = LearnedCostModel.train(samples, TARGET, "tvm-llvm", rounds=20)
+    cm = CostModel("learned", TARGET, learned=model, fusion=FusionRule())
+    graphs = []
+    for n in (1, 2, 4, 8):
+        g = TensorGraph()
+        x = g.var("x", (1, 512))
+        for i in range(n):
+            x = g.add("nn.dense", [x, g.const(np.ones((512, 512), np.float32), f"w{i}")], {"out_dtype": ""})
+        g.set_output(x)
+        graphs.append(g)
+    truth = CostModel("learned", TARGET, learned=model, fusion=FusionRule(weights=1.0, anchor=1.0))
+    samples = [(g, truth.graph_cost(g)) for g in graphs]
+    rep = fit_fusion(cm, samples, fit=("anchor",), prior_strength=0.01)
+    assert rep.rule.weights == 1.0 and "weights" not in rep.fitted
+    assert rep.rule.anchor == pytest.approx(1.0, rel=1e-3)
+    fitted = fit_fusion(cm, samples, fit=("anchor", "weights"), prior_strength=0.01)
+    assert "weights" in fitted.fitted
+
+
+def test_fit_fusion_recovers_weights():
+    cm = CostModel("analytic", TARGET)
+    graphs = _fusion_graphs()
     truth = FusionRule(anchor=1.3, fused=0.05, fused_read=0.6, injective=0.9, weights=0.7, launch=2.0, conv=0.8,
                        standalone=1.4)
     assert sum(bool(standalone_elementwise(g)) for g in graphs) == 5
@@ -539,13 +633,16 @@ def test_held_out_models_never_see_their_kernels_or_runtimes(monkeypatch):
 
     monkeypatch.setattr(LearnedCostModel, "train", staticmethod(spy))
     fits, real_fit = [], validate.fit_fusion
-    monkeypatch.setattr(validate, "fit_fusion", lambda cm, s: fits.append(s) or real_fit(cm, s))
+    monkeypatch.setattr(validate, "fit_fusion",
+                        lambda cm, s, families: fits.append((s, families)) or real_fit(cm, s, families=families))
     res = validate.held_out(samples, models, TARGET, "tvm-llvm", rounds=5)
     assert list(res) == list(graphs)
     for k, (name, h) in enumerate(res.items()):
         own = {i.key() for i in instances_from_graph(graphs[name])}
         assert not own & seen[k] and h.n_left_out == len(own) and h.n_train == len(samples) - len(own)
-        assert all(g is not graphs[name] for g, _ in fits[k]) and len(fits[k]) == 3  # its runtime unseen
+        graphs_fitted, fams = fits[k]
+        assert all(g is not graphs[name] for g, _ in graphs_fitted) and len(graphs_fitted) == 3  # its runtime unseen
+        assert fams == [n for n in graphs if n != name]  # each model its own family
         assert h.predicted > 0 and h.measured == models[name][1]
         assert h.rel_error == pytest.approx(h.predicted / h.measured - 1)
     with pytest.raises(ValueError, match="three model families"):
@@ -556,8 +653,9 @@ def test_held_out_models_never_see_their_kernels_or_runtimes(monkeypatch):
     res = validate.held_out(samples, models, TARGET, "tvm-llvm", rounds=5, family=fam.get, evaluate={"a", "c"})
     assert list(res) == ["a", "c"]
     ab = {i.key() for n in "ab" for i in instances_from_graph(graphs[n])}
-    assert not ab & seen[0] and res["a"].n_left_out == len(ab) and len(fits[0]) == 2
-    assert len(fits[1]) == 3 and {i.key() for i in instances_from_graph(graphs["c"])}.isdisjoint(seen[1])
+    assert not ab & seen[0] and res["a"].n_left_out == len(ab) and len(fits[0][0]) == 2
+    assert len(fits[1][0]) == 3 and {i.key() for i in instances_from_graph(graphs["c"])}.isdisjoint(seen[1])
+    assert fits[1][1] == ["ab", "ab", "d"]  # the fit's own leave-one-out leaves a family out together
 
 
 def test_auto_mode_fallbacks(tmp_path):

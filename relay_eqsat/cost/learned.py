@@ -87,18 +87,21 @@ _LOG_BYTES = FEATURE_NAMES.index("log_bytes")
 #: what the trees of a model predict the log-ratio to (models without it predict log-seconds):
 #: v2 is v1's roofline time divided by the schedule efficiency (``simd.schedule_efficiency``: channel lanes,
 #: width blocks, row tiles of TVM's x86 fallback schedules; as ``AnalyticModel.kernel_cost``); v3 also
-#: counts a dense's output-column block (``simd.column_block``). Models of each stay readable.
-BASELINE = "roofline-cpu-v3"
+#: counts a dense's output-column block (``simd.column_block``); v4 a width block's accumulation chains
+#: the CPU overlaps (``simd.chain_width``). Models of each stay readable.
+BASELINE = "roofline-cpu-v4"
+BASELINE_V3 = "roofline-cpu-v3"
 BASELINE_V2 = "roofline-cpu-v2"
 BASELINE_V1 = "roofline-cpu-v1"
 _BASELINE_MODEL = AnalyticModel()  # fixed constants, never the environment's: a model must not move
 
 
-def lane_efficiencies(instances: Sequence[OpInstance], lanes: int | None, columns: bool = True) -> np.ndarray:
-    """``simd.schedule_efficiency`` of each instance on a CPU of ``lanes`` fp32 lanes (``columns``
-    False: without dense's column blocks, as baseline v2)."""
-    return np.array([schedule_efficiency(i.op, i.attrs, i.input_types, i.out_type, lanes, columns=columns)
-                     for i in instances], dtype=np.float64)
+def lane_efficiencies(instances: Sequence[OpInstance], lanes: int | None, kind: str = BASELINE) -> np.ndarray:
+    """``simd.schedule_efficiency`` of each instance on a CPU of ``lanes`` fp32 lanes, as baseline
+    ``kind`` (v2, v3 or v4) counts it."""
+    columns, chains = kind != BASELINE_V2, kind == BASELINE
+    return np.array([schedule_efficiency(i.op, i.attrs, i.input_types, i.out_type, lanes, columns=columns,
+                                         chains=chains) for i in instances], dtype=np.float64)
 
 
 def baseline(instances: Sequence[OpInstance], lanes: int | None = None) -> np.ndarray:
@@ -378,6 +381,36 @@ def _fit_epilogue(groups: Sequence[tuple[OpInstance, float]],
     return fit_epilogue(rows)
 
 
+#: a weight this large streams from memory even when its kernel is timed alone in a loop: larger
+#: than the last-level cache of the CPUs measured (Sapphire Rapids' 2-core VMs see 105 MB; their
+#: 48-96 MiB matrix-vector products still ran at twice the speed of the larger ones)
+STREAM_MIN_BYTES = 128 << 20
+#: weights this size stay cached between the timings of a kernel run alone (L2 or L3)
+CACHED_BYTES = (1 << 20, 8 << 20)
+
+
+def weight_rates(samples: Sequence[tuple[OpInstance, float]]) -> dict[str, float] | None:
+    """How fast a matrix-vector product (a dense layer of at most 4 rows, memory-bound) reads its
+    weight, from the measured ones (None without both rates): ``memory``, the median bytes per
+    second of those whose weight has at least ``STREAM_MIN_BYTES`` (streamed from memory even
+    alone); ``cache``, of those of ``CACHED_BYTES`` (cached when timed alone). A whole model
+    streams a weight it reads once per inference from memory (`relay_eqsat.cost.base`, term
+    ``weights``). Zen 4: 30 and 95 GB/s; Sapphire Rapids: 15 and 30 GB/s."""
+    rates: dict[int, list[float]] = {}
+    for inst, secs in samples:
+        if inst.op != "nn.dense" or len(inst.input_types) != 2 or secs <= 0:
+            continue
+        x, w = inst.input_types
+        if isinstance(x, TensorType) and isinstance(w, TensorType) and x.ndim == 2 and x.shape[0] <= 4 \
+                and w.nbytes >= CACHED_BYTES[0]:
+            rates.setdefault(w.nbytes, []).append(w.nbytes / secs)
+    memory = [r for n, rs in rates.items() if n >= STREAM_MIN_BYTES for r in rs]
+    cache = [r for n, rs in rates.items() if n <= CACHED_BYTES[1] for r in rs]
+    if not memory or not cache:
+        return None
+    return {"memory": float(np.median(memory)), "cache": float(np.median(cache))}
+
+
 class LearnedCostModel:
     """An XGBoost regressor of log-seconds for one target and backend."""
 
@@ -411,7 +444,8 @@ class LearnedCostModel:
         is then refit on every sample. Needs at least 10 samples for a split.
         Fused-group samples (:data:`GROUP_OP`: the seconds an epilogue adds) are
         not kernels: they fit the per-op epilogue costs stored in the metadata
-        (``epilogue``, ``epilogue_fit``; `relay_eqsat.cost.groups.fit_epilogue`).
+        (``epilogue``, ``epilogue_fit``; `relay_eqsat.cost.groups.fit_epilogue`); the
+        matrix-vector products give ``weight_rates`` (`weight_rates`).
         """
         groups = [s for s in samples if s[0].op == GROUP_OP]
         samples = [s for s in samples if s[0].op != GROUP_OP]
@@ -431,6 +465,9 @@ class LearnedCostModel:
         report = TrainReport(**rep)
         meta = dict(target=normalize_target(target), backend=backend, feature_version=FEATURE_VERSION,
                     n_features=len(FEATURE_NAMES), rounds=rounds, report=rep, baseline=BASELINE)
+        rates = weight_rates(samples)
+        if rates is not None:
+            meta["weight_rates"] = rates
         if groups:  # what each element-wise op adds to the kernel it fuses into
             coefs, fit = _fit_epilogue(groups, samples)
             if coefs:
@@ -455,9 +492,9 @@ class LearnedCostModel:
         X = feature_matrix(instances)
         t = np.exp(self.ensemble.predict(X))
         kind = self.meta.get("baseline")
-        if kind in (BASELINE, BASELINE_V2):
+        if kind in (BASELINE, BASELINE_V3, BASELINE_V2):
             lanes = simd_lanes(target if target is not None else self.target)
-            return t * _baseline_of(X, lane_efficiencies(instances, lanes, columns=kind == BASELINE))
+            return t * _baseline_of(X, lane_efficiencies(instances, lanes, kind))
         return t * _baseline_of(X) if kind == BASELINE_V1 else t
 
     def predict_one(self, op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type,

@@ -26,7 +26,10 @@ The same fallback schedules tile other dimensions by divisors too, and
   the output width by ``reg_n``, its largest divisor up to 31: 71 or 37
   columns (prime) run one at a time, at 0.19 of the speed of 40 columns
   (conv3x3 64->64 on Sapphire Rapids: 1 column 26.8 GFLOP/s, 2: 47, 3: 68,
-  4: 84, 6: 102, 20: 140); fitted ``(min(reg_n, 8) / 8) ** 0.8``. The 1x1
+  4: 84, 6: 102, 20: 140); fitted ``(min(reg_n, 8) / 8) ** 0.8``. A column's
+  accumulation chain (input channels x kernel size FMAs) short enough for the
+  out-of-order window to overlap the next columns' counts as more columns
+  (``chain_width``): a 3-channel stem loses little. The 1x1
   schedule tiles height x width together and showed no such effect.
 - ``dense.py::_default_dense_pack_config`` tiles the rows of ``x`` by the
   largest power of two up to 8 dividing them: ViT's 197 tokens run in 1-row
@@ -204,6 +207,10 @@ def lane_efficiency(op: str, attrs: Attrs, input_types: Sequence[Type], lanes: i
 
 #: efficiency of a width block / row tile ``b`` of at most ``full``: ``(min(b, full) / full) ** exponent``
 WIDTH_BLOCK = (8, 0.8)      # conv output width block (reg_n), kernels larger than 1x1
+#: FMAs of the next output's accumulation chain the CPU overlaps with this one's (``chain_width``):
+#: least squares on the log-speed of the 1-column convolutions of Sapphire Rapids' data (rms 0.21 ->
+#: 0.16; 55-70 fit equally), where ``WIDTH_BLOCK`` was fitted
+WIDTH_CHAIN = 64
 DENSE_ROWS = (8, 0.6)       # dense_pack row tile
 BATCH_MATMUL_ROWS = (8, 0.44)  # batch_matmul row tile
 
@@ -218,6 +225,23 @@ def width_block(op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Ty
     if w.shape[2] == 1 and w.shape[3] == 1:
         return None
     return _largest_divisor(out_type.shape[3], 31)
+
+
+def chain_length(input_types: Sequence[Type]) -> int:
+    """The FMAs one output value accumulates in a convolution (input channels per group x kernel
+    height x width): the dependency chain each of the schedule's ``reg_n`` accumulators runs."""
+    w = input_types[1]
+    return max(1, w.shape[1] * w.shape[2] * w.shape[3])
+
+
+def chain_width(reg_n: int, chain: int) -> float:
+    """The independent accumulators a convolution's inner loop keeps busy: its ``reg_n`` columns,
+    plus what the CPU's out-of-order window overlaps of the next columns' chains while this one's
+    runs (``WIDTH_CHAIN`` FMAs): one column of a 3-channel 3x3 stem (27 FMAs a chain) runs at the
+    speed of several, one of a 64-channel 3x3 convolution (576) alone. Measured (1-column kernels,
+    share of the full-block speed): Sapphire Rapids 0.62 at 27 FMAs, 0.25 at 147, 0.17 from 576 on;
+    Zen 4 1.03, 0.38, 0.27."""
+    return reg_n * (1.0 + WIDTH_CHAIN / chain)
 
 
 def _power2_tile(n: int, at_most: int = 8) -> int:
@@ -272,7 +296,7 @@ def column_efficiency(block: int | None, row: int | None, lanes: int | None) -> 
     return DENSE_SPLIT * (DENSE_ROWS[0] / (row or 1)) ** DENSE_SPLIT_ROWS
 
 
-def _tile_efficiency(block: int | None, rule: tuple[int, float]) -> float:
+def _tile_efficiency(block: float | None, rule: tuple[int, float]) -> float:
     if block is None:
         return 1.0
     full, exponent = rule
@@ -280,18 +304,23 @@ def _tile_efficiency(block: int | None, rule: tuple[int, float]) -> float:
 
 
 def schedule_efficiency(op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type,
-                        lanes: int | None, columns: bool = True) -> float:
+                        lanes: int | None, columns: bool = True, chains: bool = True) -> float:
     """The share of its well-tiled speed a kernel runs at under TVM's x86 fallback schedules
     on a CPU of ``lanes`` fp32 lanes: the lane efficiency of a convolution's channel blocks
     times that of its output-width block, or a dense/batch_matmul's row tile (times a dense's
     output-column block); 1.0 where
     none applies or the target is not x86 (``lanes`` None). Its time is the well-tiled time
     divided by this. ``columns`` False leaves the column blocks out (what models trained on
-    baseline v2 were fitted to)."""
+    baseline v2 were fitted to); ``chains`` False counts a width block as its columns alone,
+    without the accumulation chains the CPU overlaps (``chain_width``; baselines v2 and v3)."""
     if not lanes:
         return 1.0
     eff = lane_efficiency(op, attrs, input_types, lanes)
-    eff *= _tile_efficiency(width_block(op, attrs, input_types, out_type), WIDTH_BLOCK)
+    reg_n = width_block(op, attrs, input_types, out_type)
+    if reg_n is not None and chains:
+        eff *= _tile_efficiency(chain_width(reg_n, chain_length(input_types)), WIDTH_BLOCK)
+    else:
+        eff *= _tile_efficiency(reg_n, WIDTH_BLOCK)
     rule = DENSE_ROWS if op == "nn.dense" else BATCH_MATMUL_ROWS
     row = row_tile(op, attrs, input_types)
     if columns:

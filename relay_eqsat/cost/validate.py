@@ -6,7 +6,8 @@ model in turn, a learned model is trained on the measurements of every kernel
 that model does not contain (a kernel it shares with another model is left
 out too; so are its fused groups), the fusion weights are fitted to the *other* models' measured
 runtimes under that learned model, and the model's whole-graph cost is
-predicted with every kernel time a prediction. That is the error a user can
+predicted with every kernel time a prediction (which weights the fit fits, and its prior, chosen by
+leave-one-family-out among the other models, `fit_fusion`). That is the error a user can
 expect on a model of their own on a CPU the cost model was trained on (the
 in-sample fits of ``relay-eqsat measure`` report less). Models of one family
 (a network at two sizes) are held out together.
@@ -65,14 +66,15 @@ def held_out(samples: Sequence[tuple[OpInstance, float]], models: Mapping[str, t
         for name in names:
             graph, measured = models[name]
             kin = [m for m in models if family(m) == family(name)]
-            others = [(g, t) for m, (g, t) in models.items() if m not in kin]
+            others = [(m, g, t) for m, (g, t) in models.items() if m not in kin]
             left_out = set().union(*(keys[m] for m in kin))
             train = [(inst, s) for inst, s in samples if inst.key() not in left_out]
             if not train:
                 raise ValueError(f"no measurements outside {name}'s kernels to train on")
             model, _ = LearnedCostModel.train(train, target, backend, holdout=0.0, rounds=rounds)
             cm = CostModel("learned", target, backend, cache=empty, learned=model, fusion=FusionRule())
-            cm.fusion = fit_fusion(cm, others).rule
+            cm.fusion = fit_fusion(cm, [(g, t) for _, g, t in others],
+                                   families=[family(m) for m, _, _ in others]).rule
             out[name] = HeldOut(cm.graph_cost(graph), measured, len(train), len(samples) - len(train), cm.fusion)
         empty.close()
     return out
