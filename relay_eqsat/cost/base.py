@@ -711,8 +711,8 @@ def fit_fusion(model: CostModel, samples: Sequence[tuple[TensorGraph, float]], f
     face value 1), and the ``DISCOUNTS`` alone. A dozen graphs determine nine weights loosely:
     held out on the Zen 4 zoo, fitting every weight traded the dense layers' weight against the
     fused activations' between BERT's, ViT's and NasRNN's graphs (ViT +21%, NasRNN −25%; the
-    discounts alone: +10%, −11%), while on Sapphire Rapids the measured terms at face value missed
-    BERT by 21% (its dense layers run a third slower in the model than alone there).
+    discounts alone: +10%, −11%), while on Sapphire Rapids the discounts alone missed BERT by 30%
+    (its dense layers run a third slower in the model than alone there).
     """
     if not samples:
         raise ValueError("no graphs to fit on")
