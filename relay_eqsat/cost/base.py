@@ -326,7 +326,7 @@ class FitReport:
         loo = ("" if self.loo_mean_ape is None else
                f"; leave-one-out {100 * self.loo_mean_ape:.1f}% (max {100 * self.loo_max_ape:.1f}%)")
         prior = "" if self.prior_strength is None else f", prior {self.prior_strength:g}"
-        if self.fitted and len(self.fitted) < len(FusionRule.TERMS) - 1:
+        if self.fitted:
             prior += f", fitted {'/'.join(self.fitted)}"
         return (f"fusion rule fit on {self.n_graphs} graphs{prior}: {w}; whole-graph mean abs error "
                 f"{100 * self.before_mean_ape:.1f}% -> {100 * self.after_mean_ape:.1f}% "
@@ -753,17 +753,16 @@ def fit_fusion(model: CostModel, samples: Sequence[tuple[TensorGraph, float]], f
         return err
 
     priors = [prior_strength] if prior_strength is not None else (PRIOR_GRID if folds else [DEFAULT_PRIOR])
-    choices = [(st, p) for st in structures for p in priors]
-    if len(choices) > 1:
-        structure, prior_strength = min(choices, key=lambda c: round(float(left_out(*c).mean()), 12))
-    else:
-        (structure, prior_strength), = choices
+    # each choice's leave-one-out errors, computed once (none without three families)
+    errors = {(st, p): left_out(st, p) for st in structures for p in priors} if folds else {}
+    structure, prior_strength = min(errors, key=lambda c: round(float(errors[c].mean()), 12)) if errors \
+        else (structures[0], priors[0])
     w0, idx = setup(structure)
     before = np.abs(rows @ current / y - 1.0)
     w = _fit_weights(rows, y, w0, idx, prior_strength)
     rule = replace(model.fusion, **{names[i]: float(w[i]) for i in range(len(names)) if w[i] != current[i]})
     after = np.abs(rows @ w / y - 1.0)
-    loo = left_out(structure, prior_strength) if folds else None
+    loo = errors.get((structure, prior_strength))
     return FitReport(rule, float(before.mean()), float(after.mean()), float(after.max()), len(samples),
                      None if loo is None else float(loo.mean()), None if loo is None else float(loo.max()),
                      prior_strength, tuple(names[i] for i in idx))

@@ -396,16 +396,17 @@ def weight_rates(samples: Sequence[tuple[OpInstance, float]]) -> dict[str, float
     alone); ``cache``, of those of ``CACHED_BYTES`` (cached when timed alone). A whole model
     streams a weight it reads once per inference from memory (`relay_eqsat.cost.base`, term
     ``weights``). Zen 4: 30 and 95 GB/s; Sapphire Rapids: 15 and 30 GB/s."""
-    rates: dict[int, list[float]] = {}
+    memory, cache = [], []
     for inst, secs in samples:
         if inst.op != "nn.dense" or len(inst.input_types) != 2 or secs <= 0:
             continue
         x, w = inst.input_types
-        if isinstance(x, TensorType) and isinstance(w, TensorType) and x.ndim == 2 and x.shape[0] <= 4 \
-                and w.nbytes >= CACHED_BYTES[0]:
-            rates.setdefault(w.nbytes, []).append(w.nbytes / secs)
-    memory = [r for n, rs in rates.items() if n >= STREAM_MIN_BYTES for r in rs]
-    cache = [r for n, rs in rates.items() if n <= CACHED_BYTES[1] for r in rs]
+        if not (isinstance(x, TensorType) and isinstance(w, TensorType) and x.ndim == 2 and x.shape[0] <= 4):
+            continue
+        if w.nbytes >= STREAM_MIN_BYTES:
+            memory.append(w.nbytes / secs)
+        elif CACHED_BYTES[0] <= w.nbytes <= CACHED_BYTES[1]:
+            cache.append(w.nbytes / secs)
     if not memory or not cache:
         return None
     return {"memory": float(np.median(memory)), "cache": float(np.median(cache))}

@@ -316,11 +316,10 @@ def schedule_efficiency(op: str, attrs: Attrs, input_types: Sequence[Type], out_
     if not lanes:
         return 1.0
     eff = lane_efficiency(op, attrs, input_types, lanes)
-    reg_n = width_block(op, attrs, input_types, out_type)
-    if reg_n is not None and chains:
-        eff *= _tile_efficiency(chain_width(reg_n, chain_length(input_types)), WIDTH_BLOCK)
-    else:
-        eff *= _tile_efficiency(reg_n, WIDTH_BLOCK)
+    columns_busy: float | None = width_block(op, attrs, input_types, out_type)
+    if columns_busy is not None and chains:
+        columns_busy = chain_width(columns_busy, chain_length(input_types))
+    eff *= _tile_efficiency(columns_busy, WIDTH_BLOCK)
     rule = DENSE_ROWS if op == "nn.dense" else BATCH_MATMUL_ROWS
     row = row_tile(op, attrs, input_types)
     if columns:
