@@ -18,8 +18,9 @@ import tvm
 
 from relay_eqsat import ops
 from relay_eqsat.cost.groups import group_anchor, group_graph
-from relay_eqsat.cost.instance import GROUP_OP, OpInstance
+from relay_eqsat.cost.instance import GROUP_OP, STREAM_OP, OpInstance
 from relay_eqsat.cost.measure import BackendUnavailable, MeasureConfig
+from relay_eqsat.cost.streams import probe_dense, probe_layer
 from relay_eqsat.graph import TensorGraph
 
 from . import zoo
@@ -67,6 +68,16 @@ def relay_function(inst: OpInstance, seed: int = 0):
     inference, so SimplifyInference turns it into a scale and shift.
     """
     rng = np.random.default_rng(seed)
+    if inst.op == STREAM_OP:  # a chain of dense layers, each with a weight of its own
+        x, w = probe_layer(inst)
+        g = TensorGraph()
+        y = g.var("x0", x.shape, x.dtype)
+        params = {}
+        for i in range(int(inst.attrs["layers"])):
+            params[f"p{i}"] = _input_array(w, rng, w.shape[1])
+            y = g.add("nn.dense", [y, g.var(f"p{i}", w.shape, w.dtype)], probe_dense(inst).attrs)
+        g.set_output(y)
+        return to_relay(g), params, {"x0": _input_array(x, rng)}
     if inst.op == GROUP_OP:  # an anchor and its epilogue: the model's constants bound as weights
         g = group_graph(inst)
         anchor = g.nodes[len(g.inputs)]  # the group's first node after its inputs
@@ -106,6 +117,8 @@ class TVMRunner:
     def __call__(self, inst: OpInstance) -> tuple[float, int]:
         if inst.op == GROUP_OP:
             return self.epilogue(inst)
+        if inst.op == STREAM_OP:
+            return self.stream(inst)
         cfg = self.config
         m, lib, inputs, dev = self._load(inst)
         seconds, repeats = time_module(m, dev, cfg.repeat, cfg.number, cfg.min_repeat_ms, cfg.warmup)
@@ -121,6 +134,18 @@ class TVMRunner:
         m = executor(lib, dev)
         set_inputs(m, inputs)
         return m, lib, inputs, dev
+
+    def stream(self, inst: OpInstance) -> tuple[float, int]:
+        """Seconds a layer of a stream probe (`relay_eqsat.cost.streams`) adds in its chain of
+        distinct weights over the same dense layer timed alone (its weight cached): the chain and
+        the layer timed in alternating rounds, the median of the paired differences per layer."""
+        cfg = self.config
+        layers = int(inst.attrs["layers"])
+        (chain, _, _, dev), (alone, _, _, _) = self._load(inst), self._load(probe_dense(inst))
+        rounds = [time_module(chain, dev, 1, cfg.number, cfg.min_repeat_ms, cfg.warmup)[0] / layers
+                  - time_module(alone, dev, 1, cfg.number, cfg.min_repeat_ms, cfg.warmup)[0]
+                  for _ in range(cfg.repeat)]
+        return statistics.median(rounds), len(rounds)
 
     def epilogue(self, inst: OpInstance) -> tuple[float, int]:
         """Seconds a fused group's epilogue adds to its anchor: the group and the anchor alone
@@ -152,8 +177,8 @@ class TorchRunner:
         self.config = config
 
     def __call__(self, inst: OpInstance) -> tuple[float, int]:
-        if inst.op == GROUP_OP:
-            raise BackendUnavailable("torch-cuda times single ops, not fused groups")
+        if inst.op in (GROUP_OP, STREAM_OP):
+            raise BackendUnavailable("torch-cuda times single ops, not fused groups or stream probes")
         torch = self.torch
         dev = torch.device("cuda")
         with torch.no_grad():

@@ -11,7 +11,9 @@ shape sweep to the models' kernels, ``--sweep-large``, ``--sweep-heavy``,
 ``--sweep-elementwise`` its tiers past that grid, ``--sweep-epilogues`` fused groups
 of its own; ``--groups`` the models' fused groups, an
 anchor with its element-wise epilogue, from which what a fused element-wise
-op costs is learned). With ``--fit-fusion`` it also times each
+op costs is learned). On a CPU it also measures the weight-stream probes
+(`relay_eqsat.cost.streams`; ``--no-streams`` skips them): what a model's weights
+cost to read from memory. With ``--fit-fusion`` it also times each
 model whole and fits the fusion weights of the node cost to those runtimes
 (stored with the model). ``--fit-only`` refits the fusion weights of the
 existing model (the user's, else the shipped one) without measuring or
@@ -45,6 +47,7 @@ from relay_eqsat.cost import learned
 from relay_eqsat.cost.learned import LearnedCostModel, default_model_path, load_model, model_dir, model_filename
 from relay_eqsat.cost.measure import BackendUnavailable, MeasureConfig, Measurer
 from relay_eqsat.cost.sweep import sweep_instances
+from relay_eqsat.cost.streams import probe_instances
 from relay_eqsat.cost.validate import held_out
 from relay_eqsat.egraph import EGraph
 from relay_eqsat.rules import load_rules
@@ -101,6 +104,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--groups", action="store_true",
                    help="also measure each model's fused groups (an anchor with the element-wise ops TVM "
                         "fuses into its kernel), from which the cost of a fused epilogue is learned")
+    p.add_argument("--no-streams", dest="streams", action="store_false",
+                   help="skip the weight-stream probes measured on a CPU: chains of one-row dense layers with "
+                        "weights of their own (128 MiB in all) timed against one layer alone, what a model's "
+                        "weights cost to read from memory (relay_eqsat.cost.streams)")
     p.add_argument("--db", default=None, help="cost database (default: $RELAY_EQSAT_COST_DB or the user cache)")
     p.add_argument("--repeat", type=int, default=7, help="timings per op; the median is kept")
     p.add_argument("--min-repeat-ms", type=float, default=20.0, help="least duration of one timing")
@@ -233,6 +240,10 @@ def run(args: argparse.Namespace) -> int:
     if len(anchors) > len(instances):
         print(f"with the anchors of the groups: {len(anchors)} distinct kernels")
         instances = anchors
+    if args.streams and measurer.backend == "tvm-llvm":  # what a CPU model's weight term is priced by
+        probes = probe_instances()
+        instances = unique(instances + probes)
+        print(f"with {len(probes)} weight-stream probes ({', '.join(str(p.input_types[1]) for p in probes)})")
     if args.limit is not None:
         fresh = [i for i in instances if cache.get(i, measurer.target, measurer.backend) is None]
         instances = [i for i in instances if i not in set(fresh[args.limit:])]

@@ -471,7 +471,7 @@ def test_weight_rates_price_the_stream_from_memory():
     weights beyond any cache; cache: 1-8 MiB), and a cost model with them charges each weight byte
     the difference, nothing for a weight so large it streamed when timed alone too; without both
     regimes measured, the older term (bytes at the roofline's bandwidth)."""
-    from relay_eqsat.cost.learned import STREAM_MIN_BYTES, weight_rates
+    from relay_eqsat.cost.streams import STREAM_MIN_BYTES, weight_rates
 
     samples = _synthetic_samples(40)
     mem = [(dense(1, 8192, 4096), 4096 * 8192 * 4 / 30e9), (dense(2, 8192, 6144), 6144 * 8192 * 4 / 29e9),
@@ -485,7 +485,7 @@ def test_weight_rates_price_the_stream_from_memory():
     assert model.meta["weight_rates"] == rates
     cm = CostModel("learned", TARGET, learned=model, fusion=FusionRule(weights=1.0))
     per_byte = 1 / rates["memory"] - 1 / rates["cache"]
-    assert cm.weight_byte_seconds == pytest.approx(per_byte)
+    assert cm.weight_stream(4096) == cm.weight_stream(100 << 20) == pytest.approx(per_byte)
     layer = dense(1, 512, 512)  # NasRNN's: 1 MiB, 11 us from cache, 35 us from memory
     assert cm._weight_traffic(layer.op, layer.input_types) == pytest.approx(512 * 512 * 4 * per_byte)
     huge = dense(1, 16384, 8192)
@@ -495,8 +495,57 @@ def test_weight_rates_price_the_stream_from_memory():
         cm.fusion.anchor * k + 512 * 512 * 4 * per_byte)
     older = LearnedCostModel(model.model, {k: v for k, v in model.meta.items() if k != "weight_rates"})
     old_cm = CostModel("learned", TARGET, learned=older, fusion=FusionRule(weights=1.0))
-    assert old_cm.weight_byte_seconds is None
+    assert old_cm.weight_stream is None
     assert old_cm._weight_traffic(layer.op, layer.input_types) == pytest.approx(old_cm.analytic.bytes_cost(512 * 512 * 4))
+
+
+def test_stream_probes_price_a_weight_by_its_size():
+    """Stream probes (a chain of distinct one-row dense layers against one alone) price a byte by
+    the weight's size: each probe's seconds per byte at its size, interpolated in log size between
+    them, the largest's beyond it, the matrix-vector products' figure below the smallest (what the
+    probes do not measure), nothing from STREAM_MIN_BYTES on; the probes are not kernels (the trees
+    never see them), and a model of probes alone prices every size by them."""
+    from relay_eqsat.cost.instance import STREAM_OP
+    from relay_eqsat.cost.streams import (PROBE_BYTES, STREAM_MIN_BYTES, StreamPrice, probe_dense, probe_instance,
+                                          probe_instances, weight_rates)
+
+    probes = probe_instances()
+    assert [p.input_types[1].nbytes for p in probes] == list(PROBE_BYTES)
+    for p in probes:  # each chain holds at least STREAM_MIN_BYTES of weights: more than any cache
+        assert p.op == STREAM_OP and p.attrs["layers"] * p.input_types[1].nbytes >= STREAM_MIN_BYTES
+        assert p.out_type == TensorType((1, p.input_types[1].shape[0]))
+        layer = probe_dense(p)
+        assert layer.op == "nn.dense" and layer.input_types == p.input_types and layer.out_type == p.out_type
+    assert probe_instance(64 * 64 * 4, 64 * 64 * 4).attrs["layers"] == 2  # a chain, however short
+    with pytest.raises(ValueError, match="square"):
+        probe_instance(3 * 4)
+    small, mid, large = (probe_instance(b) for b in (1 << 20, 4 << 20, 16 << 20))
+    per_layer = {small: 32e-6, mid: 108e-6, large: 360e-6}  # the Zen 4's
+    samples = _synthetic_samples(40)
+    mem = [(dense(1, 8192, 4096), 4096 * 8192 * 4 / 30e9)]
+    cached = [(dense(1, 512, 512), 512 * 512 * 4 / 95e9)]
+    rates = weight_rates(samples + mem + cached + list(per_layer.items()))
+    assert rates["stream"] == [[b, pytest.approx(per_layer[p] / b)] for p, b in
+                               ((small, 1 << 20), (mid, 4 << 20), (large, 16 << 20))]
+    price = StreamPrice(rates)
+    at = {p: per_layer[p] / p.input_types[1].nbytes for p in per_layer}
+    assert price(1 << 20) == pytest.approx(at[small]) and price(16 << 20) == pytest.approx(at[large])
+    assert price(2 << 20) == pytest.approx((at[small] + at[mid]) / 2)  # halfway in log size
+    assert price(64 << 20) == pytest.approx(at[large]) and price(STREAM_MIN_BYTES) == 0.0
+    flat = 1 / rates["memory"] - 1 / rates["cache"]
+    assert price(64 << 10) == pytest.approx(flat)  # below the probes: the products' figure
+    assert StreamPrice({"stream": rates["stream"]})(64 << 10) == pytest.approx(at[small])
+    assert price.seconds([1 << 20, 16 << 20]) == pytest.approx(per_layer[small] + per_layer[large])
+    with pytest.raises(ValueError):
+        StreamPrice({"memory": 30e9})
+    assert weight_rates([(small, float("nan"))]) is None and weight_rates([(small, -1e-6)])["stream"] == [[1 << 20, 0.0]]
+    model, _ = LearnedCostModel.train(samples + mem + cached + list(per_layer.items()), TARGET, "tvm-llvm",
+                                      rounds=20)
+    assert model.meta["weight_rates"] == rates
+    assert model.report.n_rows == len(samples) + 2  # the probes are not kernels
+    cm = CostModel("learned", TARGET, learned=model, fusion=FusionRule(weights=1.0))
+    layer = dense(1, 1024, 1024)
+    assert cm._weight_traffic(layer.op, layer.input_types) == pytest.approx(per_layer[mid])
 
 
 def _fusion_graphs():
@@ -720,6 +769,34 @@ def test_cli_measure_small_model(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "measured now" in text and "saved" in text and out.is_file()
     assert CostCache().count(TARGET, "tvm-llvm") == 2
+
+
+@pytest.mark.tvm
+def test_stream_probe_measured_with_tvm(capsys):
+    """A stream probe is measured as what a layer adds in its chain over the layer alone (a
+    finite figure, small for weights that fit a cache); ``measure`` adds the probes on a CPU,
+    ``--no-streams`` leaves them out; torch-cuda refuses them."""
+    pytest.importorskip("tvm")
+    from relay_eqsat.cost.measure import BackendUnavailable, MeasureConfig
+    from relay_eqsat.cost.streams import probe_instance
+    from relay_eqsat.passes import measure_cli as cli
+    from relay_eqsat.passes.kernels import TVMRunner, TorchRunner, relay_function
+
+    probe = probe_instance(64 * 64 * 4, 4 * 64 * 64 * 4)
+    func, params, inputs = relay_function(probe)
+    assert len(params) == 4 and set(inputs) == {"x0"}
+    assert len({v.tobytes() for v in params.values()}) == 4  # a weight of its own per layer
+    seconds, timings = TVMRunner(TARGET, MeasureConfig(repeat=3, min_repeat_ms=1))(probe)
+    assert math.isfinite(seconds) and abs(seconds) < 1e-4 and timings == 3
+    runner = TorchRunner.__new__(TorchRunner)
+    with pytest.raises(BackendUnavailable, match="stream probes"):
+        runner(probe)
+    parser = argparse.ArgumentParser(prog="relay-eqsat")
+    cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["measure", "--models", "", "--limit", "0", "--no-train"])
+    assert args.func(args) == 0 and "with 3 weight-stream probes" in capsys.readouterr().out
+    args = parser.parse_args(["measure", "--models", "", "--limit", "0", "--no-train", "--no-streams"])
+    assert args.func(args) == 0 and "weight-stream probes" not in capsys.readouterr().out
 
 
 def test_cli_measure_sweep_without_models(tmp_path, capsys):

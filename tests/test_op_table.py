@@ -27,7 +27,9 @@ deliberate change of the cost model, and say so here. Regenerated once more (iss
 data was measured again on a Zen 4 (2,142 measurements: the zoo's kernels at both sizes, their fused groups,
 the sweep's tiers and the kernels of their grown e-graphs) and a znver4 model trained on it shipped as the
 target's own file (the default stays the earlier znver4 model): only the znver4 and skylake-avx512 costs and
-the new file's predictions moved.
+the new file's predictions moved. And once more when the znver4 model got weight-stream probes
+(``relay_eqsat/cost/streams.py``: a weight's price per byte measured by size) and its fusion weights were
+refitted: only the znver4 costs moved (the trees, and so every model's predictions, are unchanged).
 """
 from __future__ import annotations
 

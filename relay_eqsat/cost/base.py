@@ -52,14 +52,16 @@ class in the operator table (``OpDef.fusion``, ``conv`` and ``streamed_weights``
 - injective ops (transpose, reshape, concatenate, split, strided_slice, pad)
   often fuse with their neighbours but not always: ``injective × kernel``;
 - ops with a weight operand (dense and conv2d: operand 1) also pay
-  ``weights × weight bytes × (1 / memory rate − 1 / cache rate)``. A kernel
+  ``weights × weight bytes × seconds per streamed byte``. A kernel
   timed alone runs with its weights in cache, but a whole model streams every
   weight from memory once per inference (NasRNN's 80 dense layers at batch 1
   read 84 MB: 11 µs each alone, at the 95 GB/s a matrix-vector product reads
-  a cached weight at on a Zen 4, 35 µs in the model, at the 30 GB/s one
-  reads a weight too large for any cache at). Both rates are measured with
-  the learned model (``learned.weight_rates``); a model without them pays
-  ``weight bytes / roofline bandwidth`` instead. Merging
+  a cached weight at on a Zen 4, about 40 µs in the model, at the 26 GB/s a
+  chain of distinct 1-MiB weights reads at). The price of a byte is measured
+  with the learned model (`relay_eqsat.cost.streams`: stream probes by weight
+  size, else one figure from the memory and cache rates of matrix-vector
+  products); a model without it pays ``weight bytes / roofline bandwidth``
+  instead. Merging
   layers concatenates their weights, so this term does not reward merges, and
   enlarging a kernel (1×1 to 3×3) pays for the zeros it reads;
 - every node that starts a kernel of its own (anchors, injective and opaque
@@ -94,8 +96,9 @@ from .analytic import AnalyticModel, type_bytes
 from .cache import CostCache, ignore_shipped, normalize_target, shipped_table
 from .inlining import fusion_cuts
 from .instance import OpInstance
-from .learned import STREAM_MIN_BYTES, LearnedCostModel, load_model
+from .learned import LearnedCostModel, load_model
 from .measure import BackendUnavailable, Measurer, resolve_target, select_backend
+from .streams import StreamPrice
 
 log = logging.getLogger(__name__)
 
@@ -379,12 +382,11 @@ class CostModel:
         #: from measured fused groups with the model; empty: the discounted kernel time instead)
         self.epilogue: dict[str, float] = dict(self.learned.meta.get("epilogue") or {}) \
             if self.learned is not None and kind != "analytic" else {}
-        #: seconds per weight byte a whole model adds to a kernel timed alone: the byte read from
-        #: memory instead of cache (`learned.weight_rates`, measured with the model); None: the
-        #: older term, weight bytes at the roofline's bandwidth
+        #: seconds per weight byte a whole model adds to a kernel timed alone, by weight size: the
+        #: byte streamed from memory instead of read from cache (`relay_eqsat.cost.streams`, measured
+        #: with the model); None: the older term, weight bytes at the roofline's bandwidth
         rates = self.learned.meta.get("weight_rates") if self.learned is not None and kind != "analytic" else None
-        self.weight_byte_seconds: float | None = \
-            max(0.0, 1.0 / rates["memory"] - 1.0 / rates["cache"]) if rates else None
+        self.weight_stream: StreamPrice | None = StreamPrice(rates) if rates else None
         if self.foreign_model and kind in ("auto", "learned"):
             _warn_foreign(self.learned.meta.get("target"), self.target)
         self.analytic = analytic or AnalyticModel.for_target(self.target)
@@ -536,16 +538,16 @@ class CostModel:
     def _weight_traffic(self, op: str, input_types: Sequence[Type]) -> float:
         """Seconds streaming the op's weight operands (``OpDef.streamed_weights``) from memory adds
         to its kernel time (timed alone, with the weights cached): with the model's
-        ``weight_byte_seconds``, each byte read at the memory's rate instead of the cache's (a
-        weight too large for any cache, ``learned.STREAM_MIN_BYTES``, streamed alone too: nothing
-        added); without it, all of it at the roofline's bandwidth (the older term)."""
+        ``weight_stream``, each byte at its measured price (a weight too large for any cache,
+        ``streams.STREAM_MIN_BYTES``, streamed alone too: nothing added); without it, all of it at
+        the roofline's bandwidth (the older term)."""
         d = ops.OPS.get(op)
         nbytes = [type_bytes(input_types[i]) for i in (d.streamed_weights if d is not None else ())
                   if i < len(input_types) and isinstance(input_types[i], TensorType)]
         if not nbytes:
             return 0.0
-        if self.weight_byte_seconds is not None:
-            return sum(n for n in nbytes if n < STREAM_MIN_BYTES) * self.weight_byte_seconds
+        if self.weight_stream is not None:
+            return self.weight_stream.seconds(nbytes)
         return self.analytic.bytes_cost(sum(nbytes))
 
     def node_cost(self, op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type,
@@ -707,7 +709,7 @@ def fit_fusion(model: CostModel, samples: Sequence[tuple[TensorGraph, float]], f
     others'. What is not given is chosen by that leave-one-out error (ties to the simpler:
     fewer weights fitted, the weaker prior), with three families or more: ``prior_strength``
     from ``PRIOR_GRID`` (else ``DEFAULT_PRIOR``), and ``fit`` (else every weight) from every
-    weight, every weight but a measured weight stream (the model's ``weight_byte_seconds``, at
+    weight, every weight but a measured weight stream (the model's ``weight_stream``, at
     face value 1), and the ``DISCOUNTS`` alone. A dozen graphs determine nine weights loosely:
     held out on the Zen 4 zoo, fitting every weight traded the dense layers' weight against the
     fused activations' between BERT's, ViT's and NasRNN's graphs (ViT +21%, NasRNN −25%; the
@@ -726,7 +728,7 @@ def fit_fusion(model: CostModel, samples: Sequence[tuple[TensorGraph, float]], f
         raise ValueError("families needs one label per sample")
     folds = [np.array([f != g for f in labels]) for g in dict.fromkeys(labels)] if len(set(labels)) >= 3 else []
     current = model.fusion.vector()
-    measured_stream = model.weight_byte_seconds is not None
+    measured_stream = model.weight_stream is not None
     if fit is not None:
         structures = [tuple(fit)]
     else:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..graph import TensorType
-from .instance import GROUP_OP, OpInstance, attrs_from_str
+from .instance import GROUP_OP, STREAM_OP, OpInstance, attrs_from_str
 
 log = logging.getLogger(__name__)
 
@@ -251,9 +251,9 @@ class CostCache:
     def put(self, inst: OpInstance, target: str, backend: str, seconds: float, repeats: int,
             timestamp: float | None = None) -> None:
         """Store (or replace) a measurement; clears a recorded failure of the same key. A time must
-        be positive, except a fused group's (what its epilogue adds: timing noise can make it
-        slightly negative; `relay_eqsat.cost.groups`)."""
-        if not (seconds > 0 or (inst.op == GROUP_OP and math.isfinite(seconds))):
+        be positive, except a fused group's or a stream probe's (what an epilogue or a weight's stream
+        adds: timing noise can make it slightly negative; `relay_eqsat.cost.groups`, `.streams`)."""
+        if not (seconds > 0 or (inst.op in (GROUP_OP, STREAM_OP) and math.isfinite(seconds))):
             raise ValueError(f"a measured time must be positive, got {seconds}")
         target = normalize_target(target)
         key = inst.key() + (target, backend)

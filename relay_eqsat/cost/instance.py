@@ -20,6 +20,10 @@ GRAPH_LEVEL_OPS = frozenset(name for name, d in ops.OPS.items() if d.fusion == "
 #: the op name of a fused group's instance: an anchor and the element-wise epilogue fused into its
 #: kernel; what is measured for it is the seconds the epilogue adds (`relay_eqsat.cost.groups`)
 GROUP_OP = "fused_group"
+#: the op name of a weight-stream probe: a chain of one-row dense layers with weights of their own;
+#: what is measured for it is the seconds a layer adds in the chain over one timed alone
+#: (`relay_eqsat.cost.streams`)
+STREAM_OP = "weight_stream"
 
 
 def _encode_value(v: Any) -> Any:
@@ -93,6 +97,8 @@ class OpInstance:
             from .groups import group_out_type  # groups builds on this module
 
             out_type = group_out_type(attrs, input_types)
+        elif out_type is None and op == STREAM_OP:
+            out_type = ops.infer_type("nn.dense", Attrs(), list(input_types))
         elif out_type is None:
             out_type = ops.infer_type(op, attrs, list(input_types))
         return cls(op, attrs, tuple(input_types), out_type)

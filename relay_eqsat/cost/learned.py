@@ -51,8 +51,9 @@ from ..graph import Attrs, TensorType, TupleType, Type
 from .analytic import AnalyticModel, op_flops_bytes
 from . import nearest
 from .cache import CostCache, cache_dir, ignore_shipped, normalize_target, target_slug
-from .instance import GROUP_OP, OpInstance
+from .instance import GROUP_OP, STREAM_OP, OpInstance
 from .measure import target_backends
+from .streams import weight_rates
 from .simd import schedule_efficiency, simd_lanes
 
 log = logging.getLogger(__name__)
@@ -381,37 +382,6 @@ def _fit_epilogue(groups: Sequence[tuple[OpInstance, float]],
     return fit_epilogue(rows)
 
 
-#: a weight this large streams from memory even when its kernel is timed alone in a loop: larger
-#: than the last-level cache of the CPUs measured (Sapphire Rapids' 2-core VMs see 105 MB; their
-#: 48-96 MiB matrix-vector products still ran at twice the speed of the larger ones)
-STREAM_MIN_BYTES = 128 << 20
-#: weights this size stay cached between the timings of a kernel run alone (L2 or L3)
-CACHED_BYTES = (1 << 20, 8 << 20)
-
-
-def weight_rates(samples: Sequence[tuple[OpInstance, float]]) -> dict[str, float] | None:
-    """How fast a matrix-vector product (a dense layer of at most 4 rows, memory-bound) reads its
-    weight, from the measured ones (None without both rates): ``memory``, the median bytes per
-    second of those whose weight has at least ``STREAM_MIN_BYTES`` (streamed from memory even
-    alone); ``cache``, of those of ``CACHED_BYTES`` (cached when timed alone). A whole model
-    streams a weight it reads once per inference from memory (`relay_eqsat.cost.base`, term
-    ``weights``). Zen 4: 30 and 95 GB/s; Sapphire Rapids: 15 and 30 GB/s."""
-    memory, cache = [], []
-    for inst, secs in samples:
-        if inst.op != "nn.dense" or len(inst.input_types) != 2 or secs <= 0:
-            continue
-        x, w = inst.input_types
-        if not (isinstance(x, TensorType) and isinstance(w, TensorType) and x.ndim == 2 and x.shape[0] <= 4):
-            continue
-        if w.nbytes >= STREAM_MIN_BYTES:
-            memory.append(w.nbytes / secs)
-        elif CACHED_BYTES[0] <= w.nbytes <= CACHED_BYTES[1]:
-            cache.append(w.nbytes / secs)
-    if not memory or not cache:
-        return None
-    return {"memory": float(np.median(memory)), "cache": float(np.median(cache))}
-
-
 class LearnedCostModel:
     """An XGBoost regressor of log-seconds for one target and backend."""
 
@@ -446,10 +416,12 @@ class LearnedCostModel:
         Fused-group samples (:data:`GROUP_OP`: the seconds an epilogue adds) are
         not kernels: they fit the per-op epilogue costs stored in the metadata
         (``epilogue``, ``epilogue_fit``; `relay_eqsat.cost.groups.fit_epilogue`); the
-        matrix-vector products give ``weight_rates`` (`weight_rates`).
+        matrix-vector products and the stream probes (:data:`STREAM_OP`, not kernels either)
+        give ``weight_rates`` (`relay_eqsat.cost.streams.weight_rates`).
         """
         groups = [s for s in samples if s[0].op == GROUP_OP]
-        samples = [s for s in samples if s[0].op != GROUP_OP]
+        rates = weight_rates(samples)
+        samples = [s for s in samples if s[0].op not in (GROUP_OP, STREAM_OP)]
         if not samples:
             raise ValueError("no samples to train on")
         p = dict(DEFAULT_PARAMS, **(params or {}))
@@ -466,7 +438,6 @@ class LearnedCostModel:
         report = TrainReport(**rep)
         meta = dict(target=normalize_target(target), backend=backend, feature_version=FEATURE_VERSION,
                     n_features=len(FEATURE_NAMES), rounds=rounds, report=rep, baseline=BASELINE)
-        rates = weight_rates(samples)
         if rates is not None:
             meta["weight_rates"] = rates
         if groups:  # what each element-wise op adds to the kernel it fuses into
