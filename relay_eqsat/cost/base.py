@@ -56,7 +56,7 @@ class in the operator table (``OpDef.fusion``, ``conv`` and ``streamed_weights``
   timed alone runs with its weights in cache, but a whole model streams every
   weight from memory once per inference (NasRNN's 80 dense layers at batch 1
   read 84 MB: 11 µs each alone, at the 95 GB/s a matrix-vector product reads
-  a cached weight at on a Zen 4, about 40 µs in the model, at the 26 GB/s a
+  a cached weight at on a Zen 4, about 43 µs in the model, at the 24 GB/s a
   chain of distinct 1-MiB weights reads at). The price of a byte is measured
   with the learned model (`relay_eqsat.cost.streams`: stream probes by weight
   size, else one figure from the memory and cache rates of matrix-vector

@@ -12,13 +12,17 @@ term). Two sources give the price of a byte:
 - **stream probes** (:data:`STREAM_OP`), measured with the model where the target is a CPU: a
   chain of ``layers`` matrix-vector products, each with a weight of its own (together at least
   ``STREAM_MIN_BYTES``), timed whole against one of them timed alone; what a layer adds in the
-  chain, per byte of its weight, at a few weight sizes. On the Zen 4 a chain of 1-MiB layers
-  reads at 26 GB/s and one of 4-MiB layers at 28, where a single 128-MiB product reads at 30:
-  each weight is a stream of its own that the prefetchers start anew (NasRNN's 72 distinct
-  1-MiB layers, priced at 30 GB/s, were predicted 15% fast).
+  chain, per byte of its weight, at a few weight sizes. On the Zen 4 a layer of a chain of 1-MiB
+  weights takes 43.5 µs (24 GB/s) against 11.1 µs alone: 31 ps a byte, 26 at 4 MiB and 22 at
+  16 MiB, where the two rates above give 22.5 for every size. Each weight is a stream of its own
+  that the prefetchers start anew (NasRNN's 72 distinct 1-MiB layers, priced by the two rates,
+  were predicted 15% fast).
 
 With probes the price of a byte is interpolated between the probes' weight sizes (in log
-size, constant beyond them); without, it is one figure, ``1/memory - 1/cache``. A weight of
+size), the largest probe's price beyond it, and below the smallest the rates' figure where the
+model has them (the probes measure nothing under 1 MiB: a small model's weights, a few hundred
+KiB in all, stay cached; priced at the 1-MiB probe's price they pulled the Zen 4 fit's stream
+weight to 0.71); without probes it is that one figure, ``1/memory - 1/cache``. A weight of
 ``STREAM_MIN_BYTES`` or more adds nothing: it streamed when timed alone too.
 """
 from __future__ import annotations
