@@ -137,30 +137,30 @@ class TVMRunner:
 
     def stream(self, inst: OpInstance) -> tuple[float, int]:
         """Seconds a layer of a stream probe (`relay_eqsat.cost.streams`) adds in its chain of
-        distinct weights over the same dense layer timed alone (its weight cached): the chain and
-        the layer timed in alternating rounds, the median of the paired differences per layer."""
-        cfg = self.config
-        layers = int(inst.attrs["layers"])
-        (chain, _, _, dev), (alone, _, _, _) = self._load(inst), self._load(probe_dense(inst))
-        rounds = [time_module(chain, dev, 1, cfg.number, cfg.min_repeat_ms, cfg.warmup)[0] / layers
-                  - time_module(alone, dev, 1, cfg.number, cfg.min_repeat_ms, cfg.warmup)[0]
-                  for _ in range(cfg.repeat)]
-        return statistics.median(rounds), len(rounds)
+        distinct weights over the same dense layer timed alone (its weight cached): the chain per
+        layer against the layer (`_paired`)."""
+        return self._paired(self._load(inst), self._load(probe_dense(inst)), per_first=int(inst.attrs["layers"]))
 
     def epilogue(self, inst: OpInstance) -> tuple[float, int]:
         """Seconds a fused group's epilogue adds to its anchor: the group and the anchor alone
-        built from the same operands, timed in alternating rounds (a machine's drift between
-        measurements taken apart would swamp an epilogue), each less its layout transforms; the
-        median of the paired differences (may be slightly negative: timing noise)."""
+        built from the same operands, each less its layout transforms (`_paired`; may be slightly
+        negative: timing noise)."""
         cfg = self.config
         loaded = [self._load(inst), self._load(group_anchor(inst))]
         layout = [layout_transform_seconds(lib, dev, inputs, cfg.repeat, cfg.min_repeat_ms)
                   for _, lib, inputs, dev in loaded]
+        return self._paired(*loaded, less=layout)
+
+    def _paired(self, first, second, per_first: int = 1, less=(0.0, 0.0)) -> tuple[float, int]:
+        """(median, rounds) of ``(first's time − less[0]) / per_first − (second's time − less[1])``
+        over ``repeat`` rounds that time the two loaded modules (`_load`) alternately: a machine's
+        drift between measurements taken apart would swamp a difference this small."""
+        cfg = self.config
         rounds = []
         for _ in range(cfg.repeat):
-            pair = [time_module(m, dev, 1, cfg.number, cfg.min_repeat_ms, cfg.warmup)[0] - lay
-                    for (m, _, _, dev), lay in zip(loaded, layout)]
-            rounds.append(pair[0] - pair[1])
+            first_s, second_s = (time_module(m, dev, 1, cfg.number, cfg.min_repeat_ms, cfg.warmup)[0] - lay
+                                 for (m, _, _, dev), lay in zip((first, second), less))
+            rounds.append(first_s / per_first - second_s)
         return statistics.median(rounds), len(rounds)
 
 
