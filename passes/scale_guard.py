@@ -10,7 +10,7 @@ The weight is then multiplied by ``s`` and re-packed into its blocked layout
 on every inference: in torchvision's MobileNet-v3-large, 10.8% of the time at
 opt_level 3 went to the 1280 -> 1000 head's weight so treated, 4% to the SE
 projections' (Zen 4, one thread); guarded, the model ran 1.16x faster,
-RegNet-Y-400MF 1.11x (``bench/simplify_copies.py --onnx ...``, README).
+RegNet-Y-400MF 1.11x (``bench/simplify_copies.py --onnx ...``, docs/history.md).
 
 A ``copy`` between the scale and the weighted op hides the scale from
 FoldScaleAxis (it only looks through the ops it knows) and costs nothing: it
