@@ -41,7 +41,7 @@ from .runtime import build_and_run, output_error, paired_ratio, random_inputs, t
 from .scale_guard import runtime_scaled_weights
 from .simplify_copies import copied_ops
 from .target import host_target, runs_here
-from .verdicts import Verdicts, program_record
+from .verdicts import Verdicts, content_fingerprint, program_record
 
 log = logging.getLogger(__name__)
 
@@ -508,8 +508,9 @@ class EqSatPass:
             target = opts["target"] or host_target()
             cost_model = resolve_cost(opts["cost"], target)
             judgement = judge(opts, cost_model)
-            verdicts = Verdicts(getattr(cost_model, "cache", None) if judgement.check_runtime else None,
-                                RUNTIME_SETTINGS)
+            remembering = getattr(cost_model, "cache", None) if judgement.check_runtime else None
+            verdicts = Verdicts(remembering, RUNTIME_SETTINGS,
+                                content_fingerprint(opts["rules"], cost_model) if remembering is not None else "")
             remembered = None if opts["verify"] else verdicts.rejected_input(typed, opts)
             won = None if opts["verify"] or remembered is not None else verdicts.won_input(typed, opts, graph)
             if remembered is not None:

@@ -7,9 +7,10 @@ what decides them:
 
 - ``pair``: (input program, result program, host, the runtime's thread count,
   target, the check's settings) -> keep or not, with the figures that decided it;
-- ``input``: (input program, every option, host, thread count, package version) -> "the result
-  was measured no faster": a later run on the same model with the same options
-  returns the input at once, without searching;
+- ``input``: (input program, every option, host, thread count, package version, the content
+  the options name: `content_fingerprint`) -> "the result was measured no faster": a later run
+  on the same model with the same options, rules and cost model returns the input at once,
+  without searching;
 - ``win``: the same key -> the program that was measured faster (its nodes,
   constants by name: their values are the input's) and its report: a later
   run returns it without searching. Searching again would not do: the first
@@ -24,8 +25,11 @@ remembered: they warn on every run. Delete the database (or point
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
+from pathlib import Path
 from typing import Any, Mapping
 
 import tvm
@@ -87,6 +91,52 @@ def program_from_record(record: Mapping[str, Any], source: TensorGraph) -> Tenso
     return g
 
 
+@functools.lru_cache(maxsize=64)
+def _file_digest(path: str, mtime_ns: int, size: int) -> str:
+    """sha256 of a file's bytes (cached by path, modification time and size)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _digest(f) -> str:
+    """The digest of a file: a path, or an ``importlib.resources`` file (read whole when it is not
+    a plain file, as inside a zip); a path that is no file (a rule file deleted since the pass
+    was made) digests as missing."""
+    if isinstance(f, (str, os.PathLike)):
+        if not os.path.isfile(f):
+            return "missing:" + os.fspath(f)
+        st = os.stat(f)
+        return _file_digest(os.path.abspath(f), st.st_mtime_ns, st.st_size)
+    return hashlib.sha256(f.read_bytes()).hexdigest()
+
+
+def content_fingerprint(rules: Any, cost_model) -> str:
+    """A digest of what the options name without holding it: the rule file the ``rules`` option
+    names (a shipped set's, or a path's) and the cost model's files (the learned model it loads
+    and the measurements shipped for its target). A verdict remembered under other rules or
+    other costs is not reused, so an upgrade that adds a rule or retrains a model searches again
+    (a verdict keyed by the option's name alone kept answering with the program of an older rule
+    set). "" for a rule list or a cost model object: such options are never remembered."""
+    from relay_eqsat.cost.cache import shipped_table_path
+    from relay_eqsat.cost.learned import find_model
+    from relay_eqsat.optimize import rule_file
+
+    if not isinstance(rules, (str, os.PathLike)) or not hasattr(cost_model, "backend"):
+        return ""
+    files = [rule_file(rules)[0]]
+    for f in (find_model(cost_model.target, cost_model.backend),
+              shipped_table_path(cost_model.target, cost_model.backend)):
+        if f is not None and Path(f).is_file():
+            files.append(f)
+    h = hashlib.sha256()
+    for f in files:
+        h.update(_digest(f).encode())
+    return h.hexdigest()[:16]
+
+
 def _options_text(opts: Mapping[str, Any]) -> str | None:
     """The options as canonical JSON; None when one is a Python object (a CostModel, a rule list)
     whose identity a key cannot capture."""
@@ -99,9 +149,10 @@ def _options_text(opts: Mapping[str, Any]) -> str | None:
 class Verdicts:
     """The verdicts kept in ``cache`` (a CostCache, or None: nothing is remembered)."""
 
-    def __init__(self, cache, settings: str):
+    def __init__(self, cache, settings: str, content: str = ""):
         self.cache = cache
         self.settings = settings  # the runtime check's constants: a verdict under others is not reused
+        self.content = content  # `content_fingerprint`: the rules' and the cost model's files
         self.threads = f"threads={runtime_threads()}"  # read once: every key of one run names the same count
 
     def _get(self, key: str | None) -> dict | None:
@@ -121,7 +172,7 @@ class Verdicts:
         if text is None:
             return None
         return ":".join(["eqsat_input", program_hash(before), host_target(), self.threads, self.settings,
-                         __version__, text])
+                         __version__, self.content, text])
 
     def win_key(self, before: tvm.IRModule, opts: Mapping[str, Any]) -> str | None:
         key = self.input_key(before, opts)

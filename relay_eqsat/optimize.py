@@ -106,11 +106,29 @@ class OptimizeReport:
                 f"{self.total_time:.2f}s; rules {fired}")
 
 
-def resolve_rules(rules: Any, trust: bool = False) -> list:
-    """A rule list from a shipped set name, a .rules path, or a list of rules.
+def rule_file(rules: str | os.PathLike) -> tuple[Any, bool]:
+    """``(file, user)``: the rule file a rule-set option names and whether it is the user's.
 
     ``NAME.rules`` is a path first (relative to the working directory), then a
-    shipped set; ``NAME`` is a shipped set.
+    shipped set; ``NAME`` is a shipped set (an ``importlib.resources`` file);
+    ValueError for a name that is neither."""
+    rules = os.fspath(rules)
+    plain = "/" not in rules and "\\" not in rules
+    if rules.endswith(".rules") and os.path.isfile(rules):
+        # a file in the working directory comes before a shipped set of the same name
+        return rules, True
+    fname = rules if rules.endswith(".rules") else rules + ".rules"
+    if plain and fname in rules_mod.shipped_rule_files():
+        return rules_mod.rules_root().joinpath(fname), False
+    if rules.endswith(".rules") or not plain:
+        return rules, True
+    shipped = ", ".join(f[:-len(".rules")] for f in rules_mod.shipped_rule_files())
+    raise ValueError(f"no shipped rule set {rules!r} (shipped: {shipped}); a rule file path ends in .rules")
+
+
+def resolve_rules(rules: Any, trust: bool = False) -> list:
+    """A rule list from a shipped set name, a .rules path, or a list of rules
+    (which file a name or path means: `rule_file`).
 
     User rules (a rule file, or Rule objects other than the shipped ones) are
     verified numerically once per process (``relay_eqsat.rule_check``): a
@@ -121,19 +139,9 @@ def resolve_rules(rules: Any, trust: bool = False) -> list:
         rules = list(rules)
         check_user_rules(rules, trust=trust)
         return rules
-    if isinstance(rules, os.PathLike):
-        rules = os.fspath(rules)
-    if isinstance(rules, str):
-        plain = "/" not in rules and "\\" not in rules
-        if rules.endswith(".rules") and os.path.isfile(rules):
-            # a file in the working directory comes before a shipped set of the same name
-            return load_user_rule_file(rules, trust=trust)
-        if plain and (rules if rules.endswith(".rules") else rules + ".rules") in rules_mod.shipped_rule_files():
-            return rules_mod.load_rules(rules)
-        if rules.endswith(".rules") or not plain:
-            return load_user_rule_file(rules, trust=trust)
-        shipped = ", ".join(f[:-len(".rules")] for f in rules_mod.shipped_rule_files())
-        raise ValueError(f"no shipped rule set {rules!r} (shipped: {shipped}); a rule file path ends in .rules")
+    if isinstance(rules, (str, os.PathLike)):
+        path, user = rule_file(rules)
+        return load_user_rule_file(path, trust=trust) if user else rules_mod.load_rules(path.name)
     raise ValueError(f"rules must be a rule-set name, a .rules path or a list of rules, not {rules!r}")
 
 

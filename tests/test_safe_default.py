@@ -230,6 +230,54 @@ def test_a_verdict_is_not_reused_at_another_thread_count(monkeypatch, cost_db, b
     assert q(mod).same_as(mod) and len(builds) == 4 and q.last_report["runtime_check_cached"]
 
 
+def test_a_verdict_is_not_reused_after_the_rules_change(monkeypatch, cost_db, builds, tmp_path):
+    """A verdict is keyed by the rule file's text, not the rules option's name: after an upgrade
+    that adds a rule (or an edit of the user's file) the model is searched again (the programs'
+    own verdict still answers when the search returns the program already timed); with the text
+    back as it was, the first verdict answers without a search."""
+    import shutil
+
+    from relay_eqsat.rules import rules_root
+
+    rules = tmp_path / "mine.rules"
+    shutil.copyfile(str(rules_root().joinpath("taso-extra.rules")), rules)
+    searched = []
+    monkeypatch.setattr(eqsat_pass, "optimize", lambda g, o: searched.append(1) or _copy_optimizer(g, o))
+    monkeypatch.setattr(eqsat_pass, "time_rounds", lambda modules, **kw: [[1e-3] * 9, [2e-3] * 9])
+    mod = dense_net()
+    assert EqSatPass(rules=str(rules))(mod).same_as(mod) and len(builds) == 2 and len(searched) == 1
+    q = EqSatPass(rules=str(rules))
+    assert q(mod).same_as(mod) and q.last_report["runtime_check_cached"] and len(searched) == 1
+    original = rules.read_text()
+    rules.write_text(original + "\n# edited: one comment more\n")
+    assert EqSatPass(rules=str(rules))(mod).same_as(mod) and len(searched) == 2  # searched again
+    assert len(builds) == 2  # the same candidate: its measured verdict against the input answers
+    rules.write_text(original)
+    r = EqSatPass(rules=str(rules))
+    assert r(mod).same_as(mod) and r.last_report["runtime_check_cached"] and len(searched) == 2
+
+
+def test_content_fingerprint_follows_the_files_the_options_name(tmp_path):
+    from relay_eqsat.cost import make_cost_model
+    from relay_eqsat.passes.verdicts import content_fingerprint
+    from relay_eqsat.rules import rules_root
+
+    cm = make_cost_model("auto", "llvm -mtriple=x86_64-linux-gnu -mcpu=znver4", db=str(tmp_path / "c.sqlite"))
+    shipped = content_fingerprint("default", cm)
+    assert shipped == content_fingerprint("default.rules", cm) != content_fingerprint("taso-extra", cm)
+    mine = tmp_path / "mine.rules"
+    mine.write_text(rules_root().joinpath("default.rules").read_text())
+    assert content_fingerprint(str(mine), cm) == shipped  # the same text: the same verdicts
+    other = make_cost_model("auto", "llvm -mtriple=x86_64-linux-gnu -mcpu=sapphirerapids",
+                            db=str(tmp_path / "c.sqlite"))
+    assert content_fingerprint("default", other) != shipped  # another CPU's model and table
+    assert content_fingerprint([], cm) == "" and content_fingerprint("default", object()) == ""
+    mine.unlink()  # a rule file gone since the pass was made: a key of its own, no error
+    assert content_fingerprint(str(mine), cm) not in ("", shipped)
+    with pytest.raises(ValueError, match="no shipped rule set"):
+        content_fingerprint("nosuchset", cm)
+
+
 def test_runtime_threads_names_the_runtime_setting():
     from relay_eqsat.passes.verdicts import runtime_threads
 
