@@ -20,8 +20,11 @@ BENCH_ARGS ?= --small-models nasnet_a
 # times the real-model set and the whole zoo, TVM opt_level 3 against the pass's defaults.
 BENCH_ARGS_cost_accuracy ?= --kinds learned,auto,analytic --held-out --small-pairs --max-pairs 6 --repeat 15 \
 	--rounds 10 --min-repeat-ms 200
-# mcts_vs_tensat builds nothing with TVM: NasNet-A at its full size there, the MCTS paper's model.
-BENCH_ARGS_mcts_vs_tensat ?= --small-models ''
+# mcts_vs_tensat builds nothing with TVM: NasNet-A at its full size there, the MCTS paper's model. The
+# reference (TENSAT under 200,000 e-nodes, on the paper's six models: about 5 minutes here) shows
+# what any schedule of the rules could reach.
+BENCH_ARGS_mcts_vs_tensat ?= --small-models '' --reference-node-limit 200000 \
+	--reference-models nasnet_a,nasrnn,resnext50,mobilenet_v2,squeezenet,bert
 BENCH_ARGS_real_models ?= --variants opt3,default \
 	--zoo vit,inception_v3,squeezenet,nasnet_a,nasrnn,bert,mobilenet_v2,resnet50,resnet50_full,resnext50,vgg19
 # Where the scripts write their JSON and logs: a new folder per run (a run's tables stay together and

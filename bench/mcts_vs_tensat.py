@@ -29,7 +29,8 @@ at least four of BERT, NasNet-A, NasRNN, ResNeXt-50, MobileNet-v2 and
 SqueezeNet, and every MCTS run under 60 s. Whether a model can be better at
 all depends on the rules and the cost model: when TENSAT's e-graph already
 holds the cheapest program that any e-graph of the rules holds, nothing can
-beat it. --reference-node-limit N runs TENSAT again under N e-nodes; its
+beat it. --reference-node-limit N runs TENSAT again under N e-nodes (on the
+--reference-models only, when given); its
 "ref e-graphs" column says how far those e-graphs went ("saturated k<=4":
 every program chains of up to four multi-pattern rewrites reach is in them).
 With the 95 default rules and the znver4 model, SqueezeNet, MobileNet-v2 and
@@ -175,7 +176,13 @@ def main(argv=None):
                     help="also run TENSAT under N e-nodes (e.g. 20000; k_multi raised as above, the cheapest result "
                          "of any k): what the rules can reach, to tell a model where no scheduler can beat TENSAT "
                          "at --node-limit (0: off)")
+    ap.add_argument("--reference-models", default="", metavar="NAMES",
+                    help="comma-separated: run the reference only on these models (default: every model run)")
     args = ap.parse_args(argv)
+    reference_models = set(filter(None, args.reference_models.split(",")))
+    unknown = reference_models - set(zoo_models.model_names("all"))
+    if unknown:
+        ap.error(f"--reference-models: no zoo model named {', '.join(sorted(unknown))}")
 
     from relay_eqsat.cost import make_cost_model
 
@@ -192,7 +199,7 @@ def main(argv=None):
         row["mcts"] = run_mcts(graph, cost, args)
         print(f"{name}: mcts {row['mcts']['stop_reason']}, {row['mcts']['time']:.2f}s", flush=True)
         row["mcts_over_tensat_cost"] = tables.ratio(row["mcts"]["cost_after"], row["tensat"]["cost_after"])
-        if args.reference_node_limit:
+        if args.reference_node_limit and (not reference_models or name in reference_models):
             row["reference"] = run_tensat(graph, cost, args, args.reference_node_limit)
             print(f"{name}: reference tensat k_multi={row['reference']['k_multi']} {row['reference']['stop_reason']} "
                   f"{row['reference']['egraph_nodes']} nodes, {row['reference']['time']:.2f}s", flush=True)
@@ -215,6 +222,8 @@ def main(argv=None):
             table[-1] += [tables.ms(r["reference"]["best_cost_after"]),
                           _five(tables.ratio(r["reference"]["best_cost_after"], t["cost_after"])),
                           closure(r["reference"])]
+        elif args.reference_node_limit:
+            table[-1] += ["-", "-", "not run (--reference-models)"]
     print()
     tables.print_table(headers, table, title=(
         f"MCTS vs TENSAT (node limit {args.node_limit}, budget {args.budget}, {args.max_sim_steps} simulation "

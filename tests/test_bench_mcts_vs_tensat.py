@@ -62,3 +62,17 @@ def test_small_run_with_a_reference_writes_the_table_and_json(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "ref e-graphs" in printed and mvt.closure(row["reference"]) in printed
     assert len(data["goals"]) == 3
+
+
+def test_the_reference_runs_only_on_the_models_named(tmp_path, capsys):
+    out = tmp_path / "m.json"
+    mvt.main(["--models", "squeezenet,nasrnn", "--small", "--node-limit", "200", "--budget", "2",
+              "--max-sim-steps", "2", "--max-k", "1", "--reference-node-limit", "400",
+              "--reference-models", "nasrnn", "--extract-time-limit", "10", "--cost", "analytic",
+              "--out", str(out)])
+    rows = {r["model"]: r for r in json.loads(out.read_text())["rows"]}
+    assert "reference" in rows["nasrnn"] and "reference" not in rows["squeezenet"]
+    assert "not run (--reference-models)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        mvt.main(["--models", "squeezenet", "--reference-node-limit", "400", "--reference-models", "nosuch",
+                  "--out", str(out)])
