@@ -115,20 +115,18 @@ def _digest(f) -> str:
 
 def content_fingerprint(rules: Any, cost_model) -> str:
     """A digest of what the options name without holding it: the rule file the ``rules`` option
-    names (a shipped set's, or a path's) and the cost model's files (the learned model it loads
+    names (a shipped set's, or a path's) and the cost model's files (the learned model it loaded
     and the measurements shipped for its target). A verdict remembered under other rules or
     other costs is not reused, so an upgrade that adds a rule or retrains a model searches again
     (a verdict keyed by the option's name alone kept answering with the program of an older rule
     set). "" for a rule list or a cost model object: such options are never remembered."""
     from relay_eqsat.cost.cache import shipped_table_path
-    from relay_eqsat.cost.learned import find_model
     from relay_eqsat.optimize import rule_file
 
     if not isinstance(rules, (str, os.PathLike)) or not hasattr(cost_model, "backend"):
         return ""
     files = [rule_file(rules)[0]]
-    for f in (find_model(cost_model.target, cost_model.backend),
-              shipped_table_path(cost_model.target, cost_model.backend)):
+    for f in (getattr(cost_model.learned, "source", None), shipped_table_path(cost_model.target, cost_model.backend)):
         if f is not None and Path(f).is_file():
             files.append(f)
     h = hashlib.sha256()

@@ -62,7 +62,9 @@ class in the operator table (``OpDef.fusion``, ``conv`` and ``streamed_weights``
   size, else one figure from the memory and cache rates of matrix-vector
   products); a model without it pays ``weight bytes / roofline bandwidth``
   instead. Merging
-  layers concatenates their weights, so this term does not reward merges, and
+  layers concatenates their weights, so at one price a byte the term would not
+  reward merges; priced by size it does a little (NasRNN's merged gates: 6%
+  less, which they do not run faster: a known limitation in the README), and
   enlarging a kernel (1×1 to 3×3) pays for the zeros it reads;
 - every node that starts a kernel of its own (anchors, injective and opaque
   ops; element-wise ones fuse) pays ``launch × the roofline's launch

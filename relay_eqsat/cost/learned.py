@@ -390,6 +390,7 @@ class LearnedCostModel:
         self.model = model
         self.meta = meta
         self.ensemble = TreeEnsemble(model)
+        self.source: Path | None = None  # the file it was loaded from (`load`)
 
     @property
     def target(self) -> str:
@@ -497,7 +498,9 @@ class LearnedCostModel:
         if meta.get("feature_version") != FEATURE_VERSION or meta.get("n_features") != len(FEATURE_NAMES):
             raise ValueError(f"{path} was trained on feature version {meta.get('feature_version')}, "
                              f"this is version {FEATURE_VERSION}: retrain it")
-        return cls(model, meta)
+        loaded = cls(model, meta)
+        loaded.source = Path(path)
+        return loaded
 
 
 def model_dir() -> Path:
