@@ -37,12 +37,26 @@ ISSUE_VISION = ("resnet50", "squeezenet1_1", "googlenet", "densenet121", "shuffl
 #: attention is torch's ``multi_head_attention_forward``): ``bench/real_models.py --models extra``
 EXTRA_VISION = ("mobilenet_v3_large", "efficientnet_b0", "resnext50_32x4d", "regnet_y_400mf", "convnext_tiny",
                 "vit_b_16")
+#: transformers models (random weights from their default configs; each returns its last hidden state):
+#: model -> (config class, model class, vocabulary size). bert is in issue 15's set; distilbert (nn.Linear
+#: layers as ONNX MatMul + Add, like BERT's) and gpt2 (Conv1D layers as Gemm on the flattened tokens, a
+#: causal mask, tanh GELU) are more a user brings
+TRANSFORMERS = {"bert": ("BertConfig", "BertModel", 30522),
+                "distilbert": ("DistilBertConfig", "DistilBertModel", 30522),
+                "gpt2": ("GPT2Config", "GPT2Model", 50257)}
+EXTRA_TRANSFORMERS = ("distilbert", "gpt2")
+
+
+def _token_inputs(vocab: int) -> list[dict]:
+    return [{"name": "input_ids", "shape": [1, SEQ_LEN], "dtype": "int64", "low": 0, "high": vocab},
+            {"name": "attention_mask", "shape": [1, SEQ_LEN], "dtype": "int64", "low": 0, "high": 2}]
+
+
 MODELS: dict[str, list[dict]] = {
     **{name: [{"name": "input", "shape": IMAGE, "dtype": "float32"}] for name in ISSUE_VISION + EXTRA_VISION},
-    "bert": [{"name": "input_ids", "shape": [1, SEQ_LEN], "dtype": "int64", "low": 0, "high": 30522},
-             {"name": "attention_mask", "shape": [1, SEQ_LEN], "dtype": "int64", "low": 0, "high": 2}],
+    **{name: _token_inputs(vocab) for name, (_, _, vocab) in TRANSFORMERS.items()},
 }
-OUTPUT_NAMES = {"bert": ["last_hidden_state"]}
+OUTPUT_NAMES = {name: ["last_hidden_state"] for name in TRANSFORMERS}
 
 
 def _versions() -> dict:
@@ -62,20 +76,22 @@ def _torch_model(name: str):
     import torch
 
     torch.manual_seed(0)
-    if name == "bert":
-        from transformers import BertConfig, BertModel
+    if name in TRANSFORMERS:
+        import transformers
 
-        config = BertConfig()
-        assert MODELS["bert"][0]["high"] == config.vocab_size
-        bert = BertModel(config, add_pooling_layer=False).eval()
+        config_class, model_class, _ = TRANSFORMERS[name]
+        config = getattr(transformers, config_class)()
+        assert MODELS[name][0]["high"] == config.vocab_size
+        extra = {"add_pooling_layer": False} if name == "bert" else {}
+        core = getattr(transformers, model_class)(config, **extra).eval()
 
         class LastHiddenState(torch.nn.Module):
             def __init__(self):
                 super().__init__()
-                self.bert = bert
+                self.add_module(name, core)  # the module's name prefixes the ONNX nodes' ("/bert/encoder/...")
 
             def forward(self, input_ids, attention_mask):
-                return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+                return core(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
         ids = torch.randint(0, config.vocab_size, (1, SEQ_LEN), dtype=torch.int64)
         # padding at the end: a mask of ones only could let the model take a no-mask branch while tracing

@@ -64,18 +64,26 @@ def program_hash(mod: tvm.IRModule) -> str:
 
 def program_record(graph: TensorGraph) -> dict | None:
     """``graph`` as JSON-able data: per node its op, inputs and canonical attributes (a constant by
-    its name and type, not its value). None for a program with opaque nodes, whose payloads are
-    the frontend's objects."""
-    if any(n.op == "opaque" for n in graph.nodes) or graph.output is None:
+    its name and type, not its value; an opaque node by its key, type and name, not its payload,
+    the frontend's object). None for a graph without an output."""
+    if graph.output is None:
         return None
     return {"nodes": [[n.op, list(n.inputs), attrs_to_str(n.attrs)] for n in graph.nodes], "output": graph.output}
 
 
+def _opaque_attrs(graph: TensorGraph) -> dict[int, Any]:
+    """key -> the attributes (key, type, name) of each opaque node of ``graph``."""
+    return {n.attrs["key"]: n.attrs for n in graph.nodes if n.op == "opaque"}
+
+
 def program_from_record(record: Mapping[str, Any], source: TensorGraph) -> TensorGraph | None:
-    """The program of a ``program_record``, its constants' values taken by name from ``source``
-    (the input program it was optimized from), every node's type inferred again; None when it does
-    not fit (a constant ``source`` lacks or holds with another type, a node that does not type)."""
+    """The program of a ``program_record``, its constants' values taken by name and its opaque
+    nodes' payloads by key from ``source`` (the input program it was optimized from, converted
+    again: the same program, so the same keys), every node's type inferred again; None when it
+    does not fit (a constant ``source`` lacks or holds with another type, an opaque node it lacks
+    or holds with another type or name, a node that does not type)."""
     g = TensorGraph()
+    opaque = _opaque_attrs(source) if source.opaque else {}
     try:
         for op, inputs, attrs_text in record["nodes"]:
             attrs = attrs_from_str(attrs_text)
@@ -84,6 +92,10 @@ def program_from_record(record: Mapping[str, Any], source: TensorGraph) -> Tenso
                 if value is None or attrs["type"] != TensorType(tuple(value.shape), str(value.dtype)):
                     return None
                 g.constants[attrs["name"]] = value
+            elif op == "opaque":
+                if opaque.get(attrs["key"]) != attrs:
+                    return None
+                g.opaque[attrs["key"]] = source.opaque[attrs["key"]]
             g.add(op, inputs, attrs, dedup=False)
         g.set_output(record["output"])
     except (KeyError, TypeError, ValueError):  # ops.ShapeError is a ValueError

@@ -82,7 +82,9 @@ class TensorGraph:
         return self.add("var", (), {"name": name, "type": TensorType(tuple(shape), dtype)})
 
     def const(self, value, name: str | None = None) -> int:
-        """A constant tensor (weights); stored in ``self.constants``."""
+        """A constant tensor (weights); stored in ``self.constants``. A scalar (0-d) one's node
+        also carries its ``value`` (a finite number: NaN is unequal to itself), which rules match
+        (``(power ?x (constant :value 3.0))``)."""
         value = np.asarray(value)
         if name is None:
             name = f"c{len(self.constants)}"
@@ -91,7 +93,10 @@ class TensorGraph:
         if name in self.constants and self.constants[name] is not value:
             raise ValueError(f"duplicate constant name {name!r}")
         self.constants[name] = value
-        return self.add("constant", (), {"name": name, "type": TensorType(value.shape, str(value.dtype))})
+        attrs = {"name": name, "type": TensorType(value.shape, str(value.dtype))}
+        if value.ndim == 0 and value.dtype.kind in "biuf" and np.isfinite(value):
+            attrs["value"] = value.item()
+        return self.add("constant", (), attrs)
 
     def add_opaque(self, payload: Any, inputs, type: Type, name: str = "opaque") -> int:
         """An operator kept verbatim: ``payload`` is the frontend's description of it."""

@@ -259,11 +259,12 @@ def _check_instance(rule, inst: Instance, match, seed: int, label: str, drawn: b
 
 
 def _fill(g, seed: int, positive: bool) -> dict:
-    """Random constants (written into ``g``) and inputs: standard normal, or |z| + 0.5."""
+    """Random constants (written into ``g``; a scalar the rule names by value keeps it) and inputs:
+    standard normal, or |z| + 0.5."""
     rng = np.random.default_rng(seed if not positive else seed + 104729)
     draw_ = (lambda shape: np.abs(rng.standard_normal(shape)) + 0.5) if positive else rng.standard_normal
     for n in g.nodes:
-        if n.op == "constant":
+        if n.op == "constant" and "value" not in n.attrs:
             g.constants[n.attrs["name"]] = np.asarray(draw_(n.type.shape)).astype(n.type.dtype)
     if not positive:
         return g.random_inputs(seed)

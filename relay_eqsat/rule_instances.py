@@ -124,6 +124,13 @@ class _Builder:
                 known.append(None)
             else:
                 known.append(self.build(k))
+        if op == "constant":  # a scalar operand the rule names by value: (constant :value 3.0)
+            if set(literals) != {"value"} or avars or whole is not None or kids:
+                raise NoInstance("a constant in a pattern is matched by its :value alone")
+            nid = self.g.const(np.asarray(literals["value"], "float32"))
+            if bind is not None:
+                self.nodes[bind] = nid
+            return nid
         shapes, raw_whole, drawn = self.choose(t, fresh, known)
         try:
             for name in fresh:
@@ -151,7 +158,9 @@ class _Builder:
             raise ValueError(f"{name} has a negative dimension: {list(shape)}")
         label = name.lstrip("?")
         if name in self.consts:
-            self.nodes[name] = self.g.const(np.zeros(shape, "float32"), name=label)
+            # any constant (its value drawn when checked: no scalar ``value`` attribute to match)
+            self.g.constants[label] = np.zeros(shape, "float32")
+            self.nodes[name] = self.g.add("constant", (), {"name": label, "type": TensorType(shape, "float32")})
         else:
             self.nodes[name] = self.g.var(label, shape)
         self.shapes[name] = shape

@@ -320,6 +320,39 @@ def test_a_remembered_win_is_returned_without_searching_again(monkeypatch, cost_
     assert searched == [1]
 
 
+def opaque_dense_net():
+    """dense_net with an op the optimizer does not model (``cumsum``, kept opaque) on its input."""
+    x = relay.var("x", shape=(1, 64))
+    ws = [relay.const(np.random.default_rng(k).standard_normal((96, 64)).astype("float32")) for k in range(3)]
+    c = relay.cumsum(x, axis=1)
+    ys = [relay.nn.dense(c, w) for w in ws]
+    return relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], ys[0] + ys[1] + ys[2])))
+
+
+def _commuting_opaque_optimizer(graph, options):
+    g, report = _commuting_optimizer(graph, options)
+    g.opaque = dict(graph.opaque)
+    return g, report
+
+
+def test_a_remembered_win_with_opaque_ops_is_returned_without_searching_again(monkeypatch, cost_db, builds):
+    """A program holding ops the optimizer keeps opaque (transformers' exports: isnan, where, masks)
+    is remembered too: its opaque nodes by key, their payloads taken from the input again."""
+    monkeypatch.setattr(eqsat_pass, "time_rounds", lambda modules, **kw: [[2e-3] * 9, [1e-3] * 9])
+    monkeypatch.setattr(eqsat_pass, "optimize", _commuting_opaque_optimizer)
+    mod = opaque_dense_net()
+    out = EqSatPass()(mod)
+    assert not out.same_as(mod) and len(builds) == 2
+    searched = []
+    monkeypatch.setattr(eqsat_pass, "optimize", lambda g, o: searched.append(1) or _commuting_opaque_optimizer(g, o))
+    q = EqSatPass()
+    out2 = q(mod)
+    assert not searched and len(builds) == 2 and "remembered from an earlier run" in q.last_report["reason"]
+    assert program_hash(out2) == program_hash(out) != program_hash(mod)
+    x = {"x": np.random.default_rng(4).standard_normal((1, 64)).astype("float32")}
+    np.testing.assert_allclose(run(build(out2), x)[0], run(build(mod), x)[0], rtol=1e-5, atol=1e-5)
+
+
 def test_program_records_round_trip_and_refuse_what_does_not_fit():
     from relay_eqsat.passes.relay import from_relay
 
@@ -336,6 +369,25 @@ def test_program_records_round_trip_and_refuse_what_does_not_fit():
     other.constants.pop(name)
     assert program_from_record(rec, other) is None
     assert program_from_record({"nodes": [["nn.relu", [5], "{}"]], "output": 0}, g) is None
+
+
+def test_program_records_keep_opaque_nodes_by_key_and_refuse_another_input():
+    from relay_eqsat.graph import Attrs, Node
+    from relay_eqsat.passes.relay import from_relay
+
+    g = from_relay(relay.transform.InferType()(opaque_dense_net()))
+    (key, attrs), = [(n.attrs["key"], n.attrs) for n in g.nodes if n.op == "opaque"]
+    rec = json.loads(json.dumps(program_record(g)))
+    back = program_from_record(rec, g)
+    assert [(n.op, n.inputs, n.attrs, n.type) for n in back.nodes] == [(n.op, n.inputs, n.attrs, n.type)
+                                                                        for n in g.nodes]
+    assert back.opaque[key] is g.opaque[key]
+    assert program_from_record(rec, from_relay(relay.transform.InferType()(dense_net()))) is None  # no such op
+    other = from_relay(relay.transform.InferType()(opaque_dense_net()))
+    node = next(i for i, n in enumerate(other.nodes) if n.op == "opaque")
+    n = other.nodes[node]
+    other.nodes[node] = Node(n.op, n.inputs, Attrs(dict(attrs, name="other")), n.type)
+    assert program_from_record(rec, other) is None  # the key names another op there
 
 
 def test_a_round_too_slow_to_time_falls_back_to_the_predicted_gain(monkeypatch, cost_db):

@@ -24,8 +24,10 @@ def _leaf_eval(attrs, ins):
 
 
 register(OpDef("var", 0, "leaf", _leaf_infer(TensorType), _leaf_eval, bytes=no_bytes, required=("name", "type")))
+# a constant: its name (the value in ``TensorGraph.constants``) and type; a scalar (0-d) one also its
+# ``value`` (`TensorGraph.const`), so that rules can match a scalar operand ``(constant :value 3.0)``
 register(OpDef("constant", 0, "leaf", _leaf_infer(TensorType), _leaf_eval, bytes=no_bytes,
-               required=("name", "type")))
+               required=("name", "type"), optional=("value",)))
 register(OpDef("opaque", None, "opaque", _leaf_infer((TensorType, TupleType)), _leaf_eval,
                required=("key", "type", "name"), fusion="opaque"))
 

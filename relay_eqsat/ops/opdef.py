@@ -69,7 +69,8 @@ class OpDef:
     infer           (OpAttrs, input types) -> output type; raises ShapeError
     evaluate        (OpAttrs, input arrays) -> output: numpy reference semantics
     flops, bytes    (OpAttrs, input types, output type) -> FLOPs / bytes moved of one run
-    defaults        attribute defaults; ``required``: canonical attributes without one
+    defaults        attribute defaults; ``required``: canonical attributes without one;
+                    ``optional``: canonical attributes without a default, kept when given
     normalize       (op, Relay-style attrs, input types) -> canonical attrs, before defaults
     fusion          cost-model class (``FUSION_CLASSES``); "" derives it from ``pattern``
     conv            an anchor weighted by ``FusionRule.conv`` instead of ``FusionRule.anchor``
@@ -97,6 +98,7 @@ class OpDef:
     bytes: Callable[["OpAttrs", Sequence[Type], Type], int] = inputs_and_output
     defaults: dict | None = None
     required: tuple = ()
+    optional: tuple = ()
     normalize: Callable[[str, dict, list], dict] | None = None
     fusion: str = ""
     conv: bool = False
@@ -116,6 +118,7 @@ class OpDef:
         if self.fusion not in FUSION_CLASSES:
             raise ValueError(f"{self.name}: unknown fusion class {self.fusion!r}")
         object.__setattr__(self, "required", tuple(self.required))
+        object.__setattr__(self, "optional", tuple(self.optional))
 
 
 OPS: dict[str, OpDef] = {}
@@ -339,6 +342,9 @@ def normalize_attrs(op: str, attrs: Mapping, input_types: Sequence[Type]) -> Att
         if k not in raw:
             raise ShapeError(f"{op}: missing required attribute {k!r}")
         out[k] = raw[k]
+    for k in d.optional:
+        if k in raw:
+            out[k] = raw[k]
     if out.get("out_dtype") and input_types and getattr(input_types[0], "dtype", None) == out["out_dtype"]:
         out["out_dtype"] = ""  # "the input's dtype" has one spelling, as the frontend writes it
     return Attrs(out)
