@@ -37,14 +37,22 @@ ISSUE_VISION = ("resnet50", "squeezenet1_1", "googlenet", "densenet121", "shuffl
 #: attention is torch's ``multi_head_attention_forward``): ``bench/real_models.py --models extra``
 EXTRA_VISION = ("mobilenet_v3_large", "efficientnet_b0", "resnext50_32x4d", "regnet_y_400mf", "convnext_tiny",
                 "vit_b_16")
-#: transformers models (random weights from their default configs; each returns its last hidden state):
-#: model -> (config class, model class, vocabulary size). bert is in issue 15's set; distilbert (nn.Linear
-#: layers as ONNX MatMul + Add, like BERT's) and gpt2 (Conv1D layers as Gemm on the flattened tokens, a
-#: causal mask, tanh GELU) are more a user brings
-TRANSFORMERS = {"bert": ("BertConfig", "BertModel", 30522),
-                "distilbert": ("DistilBertConfig", "DistilBertModel", 30522),
-                "gpt2": ("GPT2Config", "GPT2Model", 50257)}
-EXTRA_TRANSFORMERS = ("distilbert", "gpt2")
+#: transformers models (random weights; each returns its last hidden state): model -> (config class,
+#: model class, vocabulary size, config arguments: none for the class's default configuration). bert is in
+#: issue 15's set; the others are more a user brings: distilbert (nn.Linear layers as ONNX MatMul + Add,
+#: like BERT's), gpt2 (Conv1D layers as Gemm on the flattened tokens, a causal mask, tanh GELU), roberta
+#: (position ids from a cumulative sum over the tokens), opt (OPT-125m's shape: a decoder, ReLU), t5_encoder
+#: (t5-small's encoder: RMS norm, relative position buckets from integer ops), llama_small (a Llama of
+#: BERT-base's width, 12 layers: RMS norm, rotary embeddings, SiLU gates)
+TRANSFORMERS = {"bert": ("BertConfig", "BertModel", 30522, {}),
+                "distilbert": ("DistilBertConfig", "DistilBertModel", 30522, {}),
+                "gpt2": ("GPT2Config", "GPT2Model", 50257, {}),
+                "roberta": ("RobertaConfig", "RobertaModel", 50265, {}),
+                "opt": ("OPTConfig", "OPTModel", 50272, {}),
+                "t5_encoder": ("T5Config", "T5EncoderModel", 32128, {}),
+                "llama_small": ("LlamaConfig", "LlamaModel", 32000,
+                                {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 12,
+                                 "num_attention_heads": 12, "num_key_value_heads": 12})}
 
 
 def _token_inputs(vocab: int) -> list[dict]:
@@ -54,7 +62,7 @@ def _token_inputs(vocab: int) -> list[dict]:
 
 MODELS: dict[str, list[dict]] = {
     **{name: [{"name": "input", "shape": IMAGE, "dtype": "float32"}] for name in ISSUE_VISION + EXTRA_VISION},
-    **{name: _token_inputs(vocab) for name, (_, _, vocab) in TRANSFORMERS.items()},
+    **{name: _token_inputs(vocab) for name, (_, _, vocab, _) in TRANSFORMERS.items()},
 }
 OUTPUT_NAMES = {name: ["last_hidden_state"] for name in TRANSFORMERS}
 
@@ -79,10 +87,10 @@ def _torch_model(name: str):
     if name in TRANSFORMERS:
         import transformers
 
-        config_class, model_class, _ = TRANSFORMERS[name]
-        config = getattr(transformers, config_class)()
+        config_class, model_class, _, config_args = TRANSFORMERS[name]
+        config = getattr(transformers, config_class)(**config_args)
         assert MODELS[name][0]["high"] == config.vocab_size
-        extra = {"add_pooling_layer": False} if name == "bert" else {}
+        extra = {"add_pooling_layer": False} if name in ("bert", "roberta") else {}
         core = getattr(transformers, model_class)(config, **extra).eval()
 
         class LastHiddenState(torch.nn.Module):

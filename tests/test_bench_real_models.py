@@ -43,12 +43,14 @@ def test_parse_args_defaults_and_quick():
     extra = real_models.parse_args(["--models", "bert,extra"]).model_list
     assert extra == ["bert", *real_models.EXTRA_MODELS] and "vit_b_16" in extra
     assert not set(real_models.EXTRA_MODELS) & set(real_models.REAL_MODELS)
-    assert {"distilbert", "gpt2"} <= set(real_models.EXTRA_MODELS)
+    assert {"distilbert", "gpt2", "roberta", "opt", "t5_encoder", "llama_small"} <= set(real_models.EXTRA_MODELS)
 
 
 def test_the_transformers_models_take_token_ids_below_their_vocabulary_and_a_mask():
     models = real_models.export_onnx.MODELS
-    for name, vocab in (("bert", 30522), ("distilbert", 30522), ("gpt2", 50257)):
+    vocabularies = {name: vocab for name, (_, _, vocab, _) in real_models.export_onnx.TRANSFORMERS.items()}
+    assert vocabularies["bert"] == vocabularies["distilbert"] == 30522 and vocabularies["gpt2"] == 50257
+    for name, vocab in vocabularies.items():
         ids, mask = models[name]
         assert (ids["name"], ids["dtype"], ids["shape"], ids["high"]) == ("input_ids", "int64", [1, 128], vocab)
         assert (mask["name"], mask["high"]) == ("attention_mask", 2)
