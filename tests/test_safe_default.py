@@ -159,10 +159,13 @@ def test_calibration_stops_at_its_time_limit(cost_db):
 
 # -- the pass: runtime check by default, remembered verdicts, cross-compiling --------------
 
-def dense_net():
+def dense_net(opaque: bool = False):
+    """Three dense layers on x, added; ``opaque``: on ``cumsum(x)``, an op the optimizer does not model
+    (kept opaque, as transformers' exports keep isnan, where and their masks' ops)."""
     x = relay.var("x", shape=(1, 64))
     ws = [relay.const(np.random.default_rng(k).standard_normal((96, 64)).astype("float32")) for k in range(3)]
-    ys = [relay.nn.dense(x, w) for w in ws]
+    h = relay.cumsum(x, axis=1) if opaque else x
+    ys = [relay.nn.dense(h, w) for w in ws]
     return relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], ys[0] + ys[1] + ys[2])))
 
 
@@ -173,7 +176,7 @@ def _copy_optimizer(graph, options):
 def _commuting_optimizer(graph, options):
     """A program of its own: every add's operands swapped (the same numbers)."""
     g, ids = TensorGraph(), {}
-    g.constants = dict(graph.constants)
+    g.constants, g.opaque = dict(graph.constants), dict(graph.opaque)
     for i, n in enumerate(graph.nodes):
         ins = [ids[j] for j in n.inputs]
         ids[i] = g.add(n.op, ins[::-1] if n.op == "add" else ins, n.attrs)
@@ -296,13 +299,14 @@ def test_default_remembers_a_measured_win(monkeypatch, cost_db, builds):
     np.testing.assert_allclose(run(build(out2), x)[0], run(build(mod), x)[0], rtol=1e-5, atol=1e-5)
 
 
-def test_a_remembered_win_is_returned_without_searching_again(monkeypatch, cost_db, builds):
+@pytest.mark.parametrize("opaque", [False, True])
+def test_a_remembered_win_is_returned_without_searching_again(monkeypatch, cost_db, builds, opaque):
     """The next run returns the program measured faster, rebuilt from the database on the input's
-    constants: no search (whose costs the first run's kernel measurements have changed since), no
-    build, the same numbers."""
+    constants (and opaque ops, by key): no search (whose costs the first run's kernel measurements
+    have changed since), no build, the same numbers."""
     monkeypatch.setattr(eqsat_pass, "time_rounds", lambda modules, **kw: [[2e-3] * 9, [1e-3] * 9])
     monkeypatch.setattr(eqsat_pass, "optimize", _commuting_optimizer)
-    mod = dense_net()
+    mod = dense_net(opaque)
     out = EqSatPass()(mod)
     assert not out.same_as(mod) and len(builds) == 2
     searched = []
@@ -318,39 +322,6 @@ def test_a_remembered_win_is_returned_without_searching_again(monkeypatch, cost_
     np.testing.assert_allclose(run(build(out2), x)[0], run(build(mod), x)[0], rtol=1e-5, atol=1e-5)
     EqSatPass(seed=7)(mod)  # other options: another key, a search
     assert searched == [1]
-
-
-def opaque_dense_net():
-    """dense_net with an op the optimizer does not model (``cumsum``, kept opaque) on its input."""
-    x = relay.var("x", shape=(1, 64))
-    ws = [relay.const(np.random.default_rng(k).standard_normal((96, 64)).astype("float32")) for k in range(3)]
-    c = relay.cumsum(x, axis=1)
-    ys = [relay.nn.dense(c, w) for w in ws]
-    return relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], ys[0] + ys[1] + ys[2])))
-
-
-def _commuting_opaque_optimizer(graph, options):
-    g, report = _commuting_optimizer(graph, options)
-    g.opaque = dict(graph.opaque)
-    return g, report
-
-
-def test_a_remembered_win_with_opaque_ops_is_returned_without_searching_again(monkeypatch, cost_db, builds):
-    """A program holding ops the optimizer keeps opaque (transformers' exports: isnan, where, masks)
-    is remembered too: its opaque nodes by key, their payloads taken from the input again."""
-    monkeypatch.setattr(eqsat_pass, "time_rounds", lambda modules, **kw: [[2e-3] * 9, [1e-3] * 9])
-    monkeypatch.setattr(eqsat_pass, "optimize", _commuting_opaque_optimizer)
-    mod = opaque_dense_net()
-    out = EqSatPass()(mod)
-    assert not out.same_as(mod) and len(builds) == 2
-    searched = []
-    monkeypatch.setattr(eqsat_pass, "optimize", lambda g, o: searched.append(1) or _commuting_opaque_optimizer(g, o))
-    q = EqSatPass()
-    out2 = q(mod)
-    assert not searched and len(builds) == 2 and "remembered from an earlier run" in q.last_report["reason"]
-    assert program_hash(out2) == program_hash(out) != program_hash(mod)
-    x = {"x": np.random.default_rng(4).standard_normal((1, 64)).astype("float32")}
-    np.testing.assert_allclose(run(build(out2), x)[0], run(build(mod), x)[0], rtol=1e-5, atol=1e-5)
 
 
 def test_program_records_round_trip_and_refuse_what_does_not_fit():
@@ -375,7 +346,7 @@ def test_program_records_keep_opaque_nodes_by_key_and_refuse_another_input():
     from relay_eqsat.graph import Attrs, Node
     from relay_eqsat.passes.relay import from_relay
 
-    g = from_relay(relay.transform.InferType()(opaque_dense_net()))
+    g = from_relay(relay.transform.InferType()(dense_net(opaque=True)))
     (key, attrs), = [(n.attrs["key"], n.attrs) for n in g.nodes if n.op == "opaque"]
     rec = json.loads(json.dumps(program_record(g)))
     back = program_from_record(rec, g)
@@ -383,7 +354,7 @@ def test_program_records_keep_opaque_nodes_by_key_and_refuse_another_input():
                                                                         for n in g.nodes]
     assert back.opaque[key] is g.opaque[key]
     assert program_from_record(rec, from_relay(relay.transform.InferType()(dense_net()))) is None  # no such op
-    other = from_relay(relay.transform.InferType()(opaque_dense_net()))
+    other = from_relay(relay.transform.InferType()(dense_net(opaque=True)))
     node = next(i for i, n in enumerate(other.nodes) if n.op == "opaque")
     n = other.nodes[node]
     other.nodes[node] = Node(n.op, n.inputs, Attrs(dict(attrs, name="other")), n.type)
