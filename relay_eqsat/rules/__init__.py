@@ -72,6 +72,9 @@ Patterns (left-hand side)::
     (op P... :* ?a)            binds the node's whole attribute set to ``?a``
                                (repeated: the attribute sets must be equal)
     (as ?r P)                  names the class matched by ``P`` as ``?r``
+    (constant :value 3.0)      a scalar (0-d) constant of that value (its node
+                               carries it: ``TensorGraph.const``), e.g. an
+                               exponent, ``(power ?x (constant :value 3.0))``
 
 Templates (right-hand side and lets)::
 
