@@ -227,25 +227,35 @@ def layout_transform_seconds(lib, dev, inputs: Mapping[str, np.ndarray], repeat:
 # -- comparing programs -------------------------------------------------------------------
 
 def time_rounds(modules: Sequence[graph_executor.GraphModule], number: int = 0, repeat: int = 10,
-                min_repeat_ms: int = 0) -> list[list[float]]:
+                min_repeat_ms: int = 0, wall: Sequence[bool] | None = None) -> list[list[float]]:
     """Seconds per run of each graph executor module, one sample per round:
     the timings alternate between the modules (``repeat`` rounds; each timing
     averages ``number`` runs, or as many as fill ``min_repeat_ms``), so load
     from other processes affects all of them alike (the order rotates from
     round to round, so none is always timed first), and sample ``k`` of one
-    module can be paired with sample ``k`` of another."""
-    timers = [timer(m, max(1, number), 1, min_repeat_ms) for m in modules]
-    return _rounds(timers, repeat, warmup=True)
+    module can be paired with sample ``k`` of another. ``wall``: per module,
+    whether to time it by the wall clock (:func:`wall_timer`: ``number`` runs
+    a timing, no untimed run before each and no warm-up timing), for programs
+    of :data:`WALL_CLOCK_S` or more, where that untimed run doubles the time a
+    timing costs."""
+    wall = [False] * len(modules) if wall is None else list(wall)
+    if len(wall) != len(modules):
+        raise ValueError(f"wall: {len(wall)} flags for {len(modules)} modules")
+    timers = [wall_timer(m, max(1, number)) if w else timer(m, max(1, number), 1, min_repeat_ms)
+              for m, w in zip(modules, wall)]
+    return _rounds(timers, repeat, warmup=[not w for w in wall])
 
 
-def _rounds(timers: Sequence[Callable[[], list[float]]], repeat: int, warmup: bool) -> list[list[float]]:
-    """:func:`time_rounds`'s loop over zero-argument timers (one warm-up call of each first),
-    with a progress bar of the timings."""
+def _rounds(timers: Sequence[Callable[[], list[float]]], repeat: int,
+            warmup: bool | Sequence[bool]) -> list[list[float]]:
+    """:func:`time_rounds`'s loop over zero-argument timers (one warm-up call first of each, or
+    of those ``warmup`` flags), with a progress bar of the timings."""
     n = len(timers)
+    warm = [warmup] * n if isinstance(warmup, bool) else list(warmup)
     samples: list[list[float]] = [[] for _ in timers]
-    with progress.bar(total=repeat * n + (n if warmup else 0), desc="timing", unit="timing") as bar:
-        if warmup:
-            for t in timers:
+    with progress.bar(total=repeat * n + sum(warm), desc="timing", unit="timing") as bar:
+        for t, w in zip(timers, warm):
+            if w:
                 t()
                 bar.update(1)
         for r in range(repeat):
@@ -335,10 +345,7 @@ def time_within(modules: Sequence[graph_executor.GraphModule], budget: float,
     plan_number, plan_repeat, wall = plan_timing(run_s, budget)
     number = plan_number if number is None else number
     repeat = plan_repeat if repeat is None else repeat
-    if wall:
-        samples = _rounds([wall_timer(m, number) for m in modules], repeat, warmup=False)
-    else:
-        samples = time_rounds(modules, number, repeat)
+    samples = time_rounds(modules, number, repeat, wall=[wall] * len(modules))
     return Timing([float(statistics.median(s)) for s in samples], number, repeat, wall,
                   time.perf_counter() - t0, budget, samples)
 

@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,33 @@ def test_time_within_a_slow_program_runs_only_the_timings():
     assert [p.runs for p in slow] == [3, 3]  # no warm-up, no untimed runs
     assert timing.medians[0] == pytest.approx(0.05, abs=0.03) and timing.medians[1] == pytest.approx(0.04, abs=0.03)
     assert timing.describe().startswith("3 x 1 run of each program, interleaved")
+
+
+class _EvaluatedProgram:
+    """A stand-in for a graph executor module timed by TVM's time_evaluator: each timing returns
+    ``seconds`` and is counted."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.timings = seconds, 0
+        self.module = self
+
+    def time_evaluator(self, name, dev, number, repeat, min_repeat_ms):
+        def timing():
+            self.timings += 1
+            return types.SimpleNamespace(results=[self.seconds] * repeat)
+        return timing
+
+
+def test_time_rounds_times_a_slow_program_by_the_wall_clock_and_a_fast_one_by_the_evaluator():
+    runtime = pytest.importorskip("relay_eqsat.passes.runtime")
+    slow, fast = _SlowProgram(0.01), _EvaluatedProgram(1e-3)
+    t_slow, t_fast = runtime.time_rounds([slow, fast], repeat=4, min_repeat_ms=50, wall=[True, False])
+    assert slow.runs == 4  # one run a timing: no warm-up timing, no untimed run before each
+    assert fast.timings == 5  # a warm-up timing, then one a round
+    assert len(t_slow) == 4 and all(t >= 0.01 for t in t_slow) and t_fast == [1e-3] * 4
+    assert runtime.time_rounds([_EvaluatedProgram(2e-3)], repeat=2) == [[2e-3, 2e-3]]  # no flags: the evaluator
+    with pytest.raises(ValueError, match="2 flags for 1 modules"):
+        runtime.time_rounds([slow], wall=[True, False])
 
 
 # -- optimize: -v, -vvv, progress, the timing line, --plot, --rules --------------------------

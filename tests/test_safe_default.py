@@ -371,6 +371,36 @@ def test_a_round_too_slow_to_time_falls_back_to_the_predicted_gain(monkeypatch, 
     assert "do not fit in check_time_limit" in p.last_report["reason"]
 
 
+def test_a_slow_input_is_timed_by_the_wall_clock_within_the_limit(monkeypatch, cost_db):
+    """A program of WALL_CLOCK_S or more a run is timed by the wall clock (TVM's time_evaluator
+    would run it once untimed before every timing, doubling what the check takes), and the rounds
+    that fit check_time_limit are counted so: one run of it a round."""
+    monkeypatch.setattr(eqsat_pass, "optimize", _copy_optimizer)
+    seconds = iter([6.0, 1e-3])  # the input's one run, then the candidate's
+    monkeypatch.setattr(eqsat_pass, "_one_run_seconds", lambda m, first_run_s, time_limit: next(seconds))
+    asked = []
+
+    def rounds(modules, **kw):
+        asked.append(kw)
+        return [[6.0] * kw["repeat"], [1e-3] * kw["repeat"]]
+    monkeypatch.setattr(eqsat_pass, "time_rounds", rounds)
+    p = EqSatPass(check_time_limit=40.0)
+    p(dense_net())
+    (kw,) = asked
+    assert kw["wall"] == [True, False]
+    assert kw["repeat"] == 6  # 40 s // (6 s + the candidate's 50-ms timing and its untimed run)
+    assert p.last_report["runtime_wins"] == "6/6"
+
+
+def test_a_first_run_of_a_second_or_more_is_taken_for_the_run_time():
+    class Unrunnable:
+        @property
+        def module(self):
+            raise AssertionError("ran again")
+    assert eqsat_pass._one_run_seconds(Unrunnable(), 10.9, 120.0) == 10.9
+    assert eqsat_pass._one_run_seconds(Unrunnable(), 50.0, 120.0) == 50.0
+
+
 def test_cross_compiling_builds_nothing_and_needs_the_calibrated_gain(monkeypatch, cost_db):
     monkeypatch.setattr(eqsat_pass, "build_and_run", lambda *a, **k: pytest.fail("built for another machine"))
     mod = dense_net()
