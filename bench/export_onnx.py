@@ -23,6 +23,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 OPSET = 14
 SEQ_LEN = 128
@@ -39,22 +40,31 @@ ISSUE_VISION = ("resnet50", "squeezenet1_1", "googlenet", "densenet121", "shuffl
 #: ``bench/real_models.py --models extra``
 EXTRA_VISION = ("mobilenet_v3_large", "efficientnet_b0", "resnext50_32x4d", "regnet_y_400mf", "convnext_tiny",
                 "vit_b_16", "swin_t", "vgg16", "mnasnet1_0")
-#: transformers models (random weights; each returns its last hidden state): model -> (config class,
-#: model class, vocabulary size, config arguments: none for the class's default configuration). bert is in
-#: issue 15's set; the others are more a user brings: distilbert (nn.Linear layers as ONNX MatMul + Add,
-#: like BERT's), gpt2 (Conv1D layers as Gemm on the flattened tokens, a causal mask, tanh GELU), roberta
-#: (position ids from a cumulative sum over the tokens), opt (OPT-125m's shape: a decoder, ReLU), t5_encoder
-#: (t5-small's encoder: RMS norm, relative position buckets from integer ops), llama_small (a Llama of
-#: BERT-base's width, 12 layers: RMS norm, rotary embeddings, SiLU gates)
-TRANSFORMERS = {"bert": ("BertConfig", "BertModel", 30522, {}),
-                "distilbert": ("DistilBertConfig", "DistilBertModel", 30522, {}),
-                "gpt2": ("GPT2Config", "GPT2Model", 50257, {}),
-                "roberta": ("RobertaConfig", "RobertaModel", 50265, {}),
-                "opt": ("OPTConfig", "OPTModel", 50272, {}),
-                "t5_encoder": ("T5Config", "T5EncoderModel", 32128, {}),
-                "llama_small": ("LlamaConfig", "LlamaModel", 32000,
-                                {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 12,
-                                 "num_attention_heads": 12, "num_key_value_heads": 12})}
+class Transformer(NamedTuple):
+    """A transformers model to export (random weights; it returns its last hidden state)."""
+
+    config: str                 # the config class (its defaults, less ``config_args``)
+    model: str                  # the model class
+    vocab: int                  # the tokenizer's vocabulary size: input ids are drawn below it
+    config_args: dict = {}
+    model_args: dict = {}
+
+
+#: bert is in issue 15's set; the others are more a user brings: distilbert (nn.Linear layers as ONNX
+#: MatMul + Add, like BERT's), gpt2 (Conv1D layers as Gemm on the flattened tokens, a causal mask, tanh
+#: GELU), roberta (position ids from a cumulative sum over the tokens), opt (OPT-125m's shape: a decoder,
+#: ReLU), t5_encoder (t5-small's encoder: RMS norm, relative position buckets from integer ops),
+#: llama_small (a Llama of BERT-base's width, 12 layers: RMS norm, rotary embeddings, SiLU gates)
+TRANSFORMERS = {"bert": Transformer("BertConfig", "BertModel", 30522, model_args={"add_pooling_layer": False}),
+                "distilbert": Transformer("DistilBertConfig", "DistilBertModel", 30522),
+                "gpt2": Transformer("GPT2Config", "GPT2Model", 50257),
+                "roberta": Transformer("RobertaConfig", "RobertaModel", 50265,
+                                       model_args={"add_pooling_layer": False}),
+                "opt": Transformer("OPTConfig", "OPTModel", 50272),
+                "t5_encoder": Transformer("T5Config", "T5EncoderModel", 32128),
+                "llama_small": Transformer("LlamaConfig", "LlamaModel", 32000,
+                                           {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 12,
+                                            "num_attention_heads": 12, "num_key_value_heads": 12})}
 
 
 def _token_inputs(vocab: int) -> list[dict]:
@@ -64,7 +74,7 @@ def _token_inputs(vocab: int) -> list[dict]:
 
 MODELS: dict[str, list[dict]] = {
     **{name: [{"name": "input", "shape": IMAGE, "dtype": "float32"}] for name in ISSUE_VISION + EXTRA_VISION},
-    **{name: _token_inputs(vocab) for name, (_, _, vocab, _) in TRANSFORMERS.items()},
+    **{name: _token_inputs(t.vocab) for name, t in TRANSFORMERS.items()},
 }
 OUTPUT_NAMES = {name: ["last_hidden_state"] for name in TRANSFORMERS}
 
@@ -89,11 +99,10 @@ def _torch_model(name: str):
     if name in TRANSFORMERS:
         import transformers
 
-        config_class, model_class, _, config_args = TRANSFORMERS[name]
-        config = getattr(transformers, config_class)(**config_args)
-        assert MODELS[name][0]["high"] == config.vocab_size
-        extra = {"add_pooling_layer": False} if name in ("bert", "roberta") else {}
-        core = getattr(transformers, model_class)(config, **extra).eval()
+        spec = TRANSFORMERS[name]
+        config = getattr(transformers, spec.config)(**spec.config_args)
+        assert spec.vocab == config.vocab_size
+        core = getattr(transformers, spec.model)(config, **spec.model_args).eval()
 
         class LastHiddenState(torch.nn.Module):
             def __init__(self):

@@ -246,15 +246,13 @@ def time_rounds(modules: Sequence[graph_executor.GraphModule], number: int = 0, 
     return _rounds(timers, repeat, warmup=[not w for w in wall])
 
 
-def _rounds(timers: Sequence[Callable[[], list[float]]], repeat: int,
-            warmup: bool | Sequence[bool]) -> list[list[float]]:
-    """:func:`time_rounds`'s loop over zero-argument timers (one warm-up call first of each, or
-    of those ``warmup`` flags), with a progress bar of the timings."""
+def _rounds(timers: Sequence[Callable[[], list[float]]], repeat: int, warmup: Sequence[bool]) -> list[list[float]]:
+    """:func:`time_rounds`'s loop over zero-argument timers (first one warm-up call of each timer
+    ``warmup`` flags), with a progress bar of the timings."""
     n = len(timers)
-    warm = [warmup] * n if isinstance(warmup, bool) else list(warmup)
     samples: list[list[float]] = [[] for _ in timers]
-    with progress.bar(total=repeat * n + sum(warm), desc="timing", unit="timing") as bar:
-        for t, w in zip(timers, warm):
+    with progress.bar(total=repeat * n + sum(warmup), desc="timing", unit="timing") as bar:
+        for t, w in zip(timers, warmup):
             if w:
                 t()
                 bar.update(1)

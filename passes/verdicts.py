@@ -71,11 +71,6 @@ def program_record(graph: TensorGraph) -> dict | None:
     return {"nodes": [[n.op, list(n.inputs), attrs_to_str(n.attrs)] for n in graph.nodes], "output": graph.output}
 
 
-def _opaque_attrs(graph: TensorGraph) -> dict[int, Any]:
-    """key -> the attributes (key, type, name) of each opaque node of ``graph``."""
-    return {n.attrs["key"]: n.attrs for n in graph.nodes if n.op == "opaque"}
-
-
 def program_from_record(record: Mapping[str, Any], source: TensorGraph) -> TensorGraph | None:
     """The program of a ``program_record``, its constants' values taken by name and its opaque
     nodes' payloads by key from ``source`` (the input program it was optimized from, converted
@@ -83,7 +78,7 @@ def program_from_record(record: Mapping[str, Any], source: TensorGraph) -> Tenso
     does not fit (a constant ``source`` lacks or holds with another type, an opaque node it lacks
     or holds with another type or name, a node that does not type)."""
     g = TensorGraph()
-    opaque = _opaque_attrs(source) if source.opaque else {}
+    opaque = {n.attrs["key"]: n.attrs for n in source.nodes if n.op == "opaque"}  # key -> key, type, name
     try:
         for op, inputs, attrs_text in record["nodes"]:
             attrs = attrs_from_str(attrs_text)

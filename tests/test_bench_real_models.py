@@ -48,7 +48,7 @@ def test_parse_args_defaults_and_quick():
 
 def test_the_transformers_models_take_token_ids_below_their_vocabulary_and_a_mask():
     models = real_models.export_onnx.MODELS
-    vocabularies = {name: vocab for name, (_, _, vocab, _) in real_models.export_onnx.TRANSFORMERS.items()}
+    vocabularies = {name: t.vocab for name, t in real_models.export_onnx.TRANSFORMERS.items()}
     assert vocabularies["bert"] == vocabularies["distilbert"] == 30522 and vocabularies["gpt2"] == 50257
     for name, vocab in vocabularies.items():
         ids, mask = models[name]
