@@ -312,7 +312,7 @@ def wins_needed(rounds: int, alpha: float = RUNTIME_ALPHA) -> int:
 
 
 def _one_run_seconds(m, first_run_s: float, time_limit: float) -> float:
-    """Seconds of one run of ``m``: its first run (set-up included) when that is
+    """Seconds of one run of ``m``: its first run (the executor made: see :func:`build_and_run`) when that is
     :data:`FIRST_RUN_TRUSTED_S` or more, or when even half of it would not let
     :data:`RUNTIME_MIN_ROUNDS` rounds fit in ``time_limit`` (a slow model is not run again
     just to learn it is slow), else one warm timed run."""
@@ -334,7 +334,7 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
     seconds), ``ratio`` (the median of the per-round ratios after / before),
     ``wins`` (rounds in which ``after`` was faster) and ``rounds``."""
     inputs = _check_inputs(before, seed)
-    run_s = []  # each program's first run (with its set-up): what one timing of it costs at least
+    run_s = []  # each program's first run (the executor made first): what one timing of it costs at least
 
     def build_run(mod):
         t0 = time.perf_counter()

@@ -129,13 +129,16 @@ def random_inputs(types: Mapping[str, tuple[Sequence[int], str]], seed: int = 0)
 def build_and_run(mod, inputs: Mapping[str, np.ndarray], target: str | None = None, opt_level: int = 3,
                   sequence: Sequence = (), what: str = "the program"):
     """:func:`build` ``mod`` for ``target`` (default: the host) and run it once on
-    ``inputs``; returns (GraphModule, outputs, build seconds). Progress (``what`` names
-    the program) shows while it builds and runs."""
+    ``inputs``; returns (GraphModule, outputs, build seconds). The build seconds include
+    creating the executor: this TVM's LLVM module turns into machine code when the executor
+    first looks up its kernels (11 s of DenseNet-121 on a Zen 1, whose runs take 0.3 s), so
+    what follows is the program's own first run. Progress (``what`` names the program) shows while it builds
+    and runs."""
     t0 = time.perf_counter()
     with progress.ticking(f"building {what}"):
         lib = build(mod, target=target, opt_level=opt_level, sequence=sequence)
+        m = executor(lib)
     build_seconds = time.perf_counter() - t0
-    m = executor(lib)
     with progress.ticking(f"running {what}"):
         outputs = run(m, inputs)
     return m, outputs, build_seconds
@@ -284,7 +287,7 @@ def wall_timer(m: graph_executor.GraphModule, number: int = 1, dev=None) -> Call
 TIMING_MIN_S = 0.05
 #: programs whose run takes at least this long are timed by the wall clock (:func:`wall_timer`)
 WALL_CLOCK_S = 0.2
-#: a first run this long is taken for the run time (the set-up it includes is small beside it)
+#: a first run this long is taken for the run time (a later run is no faster by much)
 FIRST_RUN_TRUSTED_S = 1.0
 #: timings per program when the budget allows, and at least (the budget notwithstanding)
 TIMING_MAX_REPEAT = 7
@@ -334,7 +337,7 @@ def time_within(modules: Sequence[graph_executor.GraphModule], budget: float,
                 repeat: int | None = None) -> Timing:
     """Time ``modules`` interleaved (:func:`time_rounds`), with counts that fit ``budget``
     seconds (:func:`plan_timing`), from each program's run time: its ``first_run_s`` (a run
-    already made, set-up included) when that is :data:`FIRST_RUN_TRUSTED_S` or more (a slow
+    already made, after :func:`build_and_run`'s build) when that is :data:`FIRST_RUN_TRUSTED_S` or more (a slow
     program is not run again just to learn it is slow), else one warm timed run.
     ``number``/``repeat`` given override the plan."""
     t0 = time.perf_counter()
