@@ -28,8 +28,8 @@ attribute) are built and timed once and share the measurement ("= opt3" in
 the table). The distinct programs of a model are timed in --rounds paired
 interleaved rounds (each timing at least --min-repeat-ms long, a program
 whose first run took 0.2 s or more timed by the wall clock, one run a timing
-with no untimed run before it; the order rotates): the median time, the median per-round ratio to opt3 (below 1:
-faster) and the rounds won. Every program's outputs are compared with
+with no untimed run before it; the order rotates): the median time, the
+median per-round ratio to opt3 (below 1: faster) and the rounds won. Every program's outputs are compared with
 onnxruntime's on the same seeded random inputs (run in the export venv with
 the same thread count; its median time is the reference column) and with
 opt3's: max |a - b| / max |a| (the pass's output check's measure), passing at <= 1e-4. Zoo rows

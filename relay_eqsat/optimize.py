@@ -242,15 +242,14 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
             calibrator = Calibrator(cost_model, calibrate_time_limit, progress=progress)
         if not calibrator.measure([graph, out]):
             break  # the compared kernels' costs did not change: the extraction stands
-    else:
-        if calibrate and candidates:
-            # out of rounds, the last extraction's kernels measured after it was chosen: each round, the
-            # borrowed model priced some alternative it had not measured too low (bert-base on a Zen 1:
-            # dense, batch_matmul and per-batch dense forms of the linear layers; the fourth candidate
-            # measured 1.5x dearer than the first), so the cheapest candidate under the measured times
-            costs = [cost_model.graph_cost(c[0]) for c in candidates]
-            log.debug("calibration out of rounds; the candidates' measured costs: %s", costs)
-            out, solution = candidates[costs.index(min(costs))]
+    else:  # out of rounds (every round calibrated a candidate)
+        # the last extraction's kernels were measured after it was chosen: each round, the borrowed
+        # model priced some alternative it had not measured too low (bert-base on a Zen 1: dense,
+        # batch_matmul and per-batch dense forms of the linear layers; the fourth candidate measured
+        # 1.5x dearer than the first), so the cheapest candidate under the measured times
+        costs = [cost_model.graph_cost(c[0]) for c in candidates]
+        log.debug("calibration out of rounds; the candidates' measured costs: %s", costs)
+        out, solution = candidates[costs.index(min(costs))]
     if calibrator is not None:
         rep.info["calibration"] = calibrator.close().to_dict()
         rep.cost_before = cost_model.graph_cost(graph)  # now with the measured kernel times

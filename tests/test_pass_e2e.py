@@ -75,8 +75,10 @@ def test_every_small_zoo_model_builds_and_agrees(name):
     assert_close(ref, got, f"{name} ({'changed' if report['changed'] else 'unchanged'})")
 
 
-def test_some_small_models_change():
-    """The suite above is not vacuous: the optimizer rewrites these (default cost model)."""
+def test_some_small_models_change(no_host_data):
+    """The suite above is not vacuous: the optimizer rewrites these (the default cost model as on a
+    CPU with no shipped data, whatever CPU runs the tests: a CPU's own model may rightly find
+    nothing cheaper in them, as the znver3 model borrowed on a Zen 1 does)."""
     changed = []
     for name in ("squeezenet", "inception_v3"):
         mod, params = zoo.get(name, small=True)
