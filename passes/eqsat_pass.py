@@ -312,8 +312,8 @@ def wins_needed(rounds: int, alpha: float = RUNTIME_ALPHA) -> int:
 
 
 def _one_run_seconds(m, first_run_s: float, time_limit: float) -> float:
-    """Seconds of one run of ``m``: its first run (the executor made: see :func:`build_and_run`) when that is
-    :data:`FIRST_RUN_TRUSTED_S` or more, or when even half of it would not let
+    """Seconds of one run of ``m``: its first run (after the executor was made: see
+    :func:`build_and_run`) when that is :data:`FIRST_RUN_TRUSTED_S` or more, or when even half of it would not let
     :data:`RUNTIME_MIN_ROUNDS` rounds fit in ``time_limit`` (a slow model is not run again
     just to learn it is slow), else one warm timed run."""
     if first_run_s >= FIRST_RUN_TRUSTED_S or first_run_s / 2 * RUNTIME_MIN_ROUNDS > time_limit:

@@ -132,8 +132,8 @@ def build_and_run(mod, inputs: Mapping[str, np.ndarray], target: str | None = No
     ``inputs``; returns (GraphModule, outputs, build seconds). The build seconds include
     creating the executor: this TVM's LLVM module turns into machine code when the executor
     first looks up its kernels (11 s of DenseNet-121 on a Zen 1, whose runs take 0.3 s), so
-    what follows is the program's own first run. Progress (``what`` names the program) shows while it builds
-    and runs."""
+    what follows is the program's own first run. Progress (``what`` names the program) shows
+    while it builds and runs."""
     t0 = time.perf_counter()
     with progress.ticking(f"building {what}"):
         lib = build(mod, target=target, opt_level=opt_level, sequence=sequence)
@@ -337,8 +337,8 @@ def time_within(modules: Sequence[graph_executor.GraphModule], budget: float,
                 repeat: int | None = None) -> Timing:
     """Time ``modules`` interleaved (:func:`time_rounds`), with counts that fit ``budget``
     seconds (:func:`plan_timing`), from each program's run time: its ``first_run_s`` (a run
-    already made, after :func:`build_and_run`'s build) when that is :data:`FIRST_RUN_TRUSTED_S` or more (a slow
-    program is not run again just to learn it is slow), else one warm timed run.
+    already made, after :func:`build_and_run`'s build) when that is :data:`FIRST_RUN_TRUSTED_S`
+    or more (a slow program is not run again just to learn it is slow), else one warm timed run.
     ``number``/``repeat`` given override the plan."""
     t0 = time.perf_counter()
     first = list(first_run_s) + [None] * (len(modules) - len(first_run_s))
