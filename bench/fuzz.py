@@ -96,7 +96,7 @@ def tvm_check(graph, results, ref) -> list[str]:
                                          for r in results if r.output is not None and r.changed]:
         try:
             mod = graph_to_module(g, signature=signature)
-            _, outputs, _ = build_and_run(mod, ref.inputs)
+            outputs = build_and_run(mod, ref.inputs).outputs
         except Exception as e:  # noqa: BLE001 - reported
             problems.append(f"TVM cannot build/run the {what}: {tables.error_text(e)}")
             continue

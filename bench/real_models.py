@@ -29,10 +29,11 @@ the table). The distinct programs of a model are timed in --rounds paired
 interleaved rounds (each timing at least --min-repeat-ms long, a program
 whose first run took 0.2 s or more timed by the wall clock, one run a timing
 with no untimed run before it; the order rotates): the median time, the
-median per-round ratio to opt3 (below 1: faster) and the rounds won. Every program's outputs are compared with
-onnxruntime's on the same seeded random inputs (run in the export venv with
-the same thread count; its median time is the reference column) and with
-opt3's: max |a - b| / max |a| (the pass's output check's measure), passing at <= 1e-4. Zoo rows
+median per-round ratio to opt3 (below 1: faster) and the rounds won. Every
+program's outputs are compared with onnxruntime's on the same seeded random
+inputs (run in the export venv with the same thread count; its median time is
+the reference column) and with opt3's: max |a - b| / max |a| (the pass's
+output check's measure), passing at <= 1e-4. Zoo rows
 (--zoo, "name" or "name:small") show the zoo's wins under the defaults; they
 have no onnxruntime column.
 
@@ -57,7 +58,6 @@ import os
 import shutil
 import statistics
 import tempfile
-import time
 import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -349,11 +349,8 @@ def run_variants(bound, inputs: Mapping, variants: Sequence[str], args, referenc
         if same[name] != name:
             continue
         try:
-            t0 = time.perf_counter()
-            m, outputs, build_s = build_and_run(modules[name], inputs)
+            m, outputs, rec["build_time"], first_run_s[name] = build_and_run(modules[name], inputs)
             built[name] = (m, outputs)
-            rec["build_time"] = build_s
-            first_run_s[name] = time.perf_counter() - t0 - build_s
         except Exception as e:  # noqa: BLE001
             rec["error"] = f"build failed: {tables.error_text(e)}"
             if name == BASELINE:

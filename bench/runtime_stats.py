@@ -1,4 +1,4 @@
-"""A model's variants built and timed for a bench table: :class:`Built`, :class:`Timing`.
+"""A model's variants built and timed for a bench table: :class:`Timing`.
 
 Building, running and the timer itself are ``relay_eqsat.passes.runtime``'s; here
 are the benchmarks' own choices: interleaved rounds of several timings each, and
@@ -48,25 +48,17 @@ class Timing:
                 "build_s": self.build_time}
 
 
-@dataclass
-class Built:
-    """A module built for the host and run once: the executor, its outputs, the build seconds."""
-
-    module: Any
-    outputs: list
-    build_time: float
-
-
 def build_module(mod, inputs: Mapping, target: str | None = None, opt_level: int = 3,
-                 sequence: Sequence = ()) -> Built:
+                 sequence: Sequence = ()):
     """Build ``mod`` for ``target`` (default: the host) at ``opt_level`` — running the
-    passes ``sequence`` first, inside the same PassContext — and run it once on ``inputs``."""
+    passes ``sequence`` first, inside the same PassContext — and run it once on ``inputs``:
+    ``relay_eqsat.passes.runtime.Built``."""
     from relay_eqsat.passes.runtime import build_and_run
 
-    return Built(*build_and_run(mod, inputs, target, opt_level=opt_level, sequence=sequence))
+    return build_and_run(mod, inputs, target, opt_level=opt_level, sequence=sequence)
 
 
-def time_built(built: Mapping[str, Built], repeat: int = 10, min_repeat_ms: int = 100,
+def time_built(built: Mapping[str, Any], repeat: int = 10, min_repeat_ms: int = 100,
                rounds: int = 1) -> dict[str, Timing]:
     """Time each built module: ``repeat`` timings (each at least ``min_repeat_ms`` long)
     per module, taken in ``rounds`` interleaved rounds so that drift of the machine's
@@ -81,7 +73,7 @@ def time_built(built: Mapping[str, Built], repeat: int = 10, min_repeat_ms: int 
         for k in names[r % len(names):] + names[:r % len(names)]:
             if n:
                 samples[k] += timer(built[k].module, number=1, repeat=n, min_repeat_ms=min_repeat_ms)()
-    return {k: Timing(statistics.median(v), v, built[k].outputs, built[k].build_time) for k, v in samples.items()}
+    return {k: Timing(statistics.median(v), v, built[k].outputs, built[k].build_s) for k, v in samples.items()}
 
 
 def build_and_time(mod, inputs: Mapping, repeat: int = 10, min_repeat_ms: int = 100,

@@ -312,10 +312,10 @@ def wins_needed(rounds: int, alpha: float = RUNTIME_ALPHA) -> int:
 
 
 def _one_run_seconds(m, first_run_s: float, time_limit: float) -> float:
-    """Seconds of one run of ``m``: its first run (after the executor was made: see
-    :func:`build_and_run`) when that is :data:`FIRST_RUN_TRUSTED_S` or more, or when even half of it would not let
-    :data:`RUNTIME_MIN_ROUNDS` rounds fit in ``time_limit`` (a slow model is not run again
-    just to learn it is slow), else one warm timed run."""
+    """Seconds of one run of ``m``: its first run (``build_and_run``'s ``first_run_s``)
+    when that is :data:`FIRST_RUN_TRUSTED_S` or more, or when even half of it would not
+    let :data:`RUNTIME_MIN_ROUNDS` rounds fit in ``time_limit`` (a slow model is not run
+    again just to learn it is slow), else one warm timed run."""
     if first_run_s >= FIRST_RUN_TRUSTED_S or first_run_s / 2 * RUNTIME_MIN_ROUNDS > time_limit:
         return first_run_s
     return timer(m)()[0]
@@ -334,16 +334,8 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
     seconds), ``ratio`` (the median of the per-round ratios after / before),
     ``wins`` (rounds in which ``after`` was faster) and ``rounds``."""
     inputs = _check_inputs(before, seed)
-    run_s = []  # each program's first run (the executor made first): what one timing of it costs at least
-
-    def build_run(mod):
-        t0 = time.perf_counter()
-        m, outputs, build_s = build_and_run(mod, inputs, target)
-        run_s.append(time.perf_counter() - t0 - build_s)
-        return m, outputs
-
-    m_before, ref = build_run(before)
-    m_after, got = build_run(after)
+    m_before, ref, _, first_before = build_and_run(before, inputs, target)
+    m_after, got, _, first_after = build_and_run(after, inputs, target)
     err, why = output_error(ref, got)
     if why is not None:
         raise EqSatVerificationError(why)
@@ -353,7 +345,7 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
     if time_repeat > 0:
         rounds = time_repeat
         one_run = [_one_run_seconds(m, first, math.inf if time_limit is None else time_limit)
-                   for m, first in zip((m_before, m_after), run_s)]
+                   for m, first in ((m_before, first_before), (m_after, first_after))]
         # a program of WALL_CLOCK_S or more is timed by the wall clock: TVM's time_evaluator would run
         # it once untimed before every timing, doubling what the check takes (DistilBERT's 10.9-s
         # input: 9 rounds took 200 s where 120 were allowed)

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import tvm
@@ -126,22 +126,30 @@ def random_inputs(types: Mapping[str, tuple[Sequence[int], str]], seed: int = 0)
     return out
 
 
+class Built(NamedTuple):
+    """A program built and run once by :func:`build_and_run`."""
+
+    module: graph_executor.GraphModule
+    outputs: list[np.ndarray]
+    build_s: float  # compiling and making the executor (this TVM's LLVM JIT runs then)
+    first_run_s: float  # the program's own first run: what one timing of it costs at least
+
+
 def build_and_run(mod, inputs: Mapping[str, np.ndarray], target: str | None = None, opt_level: int = 3,
-                  sequence: Sequence = (), what: str = "the program"):
+                  sequence: Sequence = (), what: str = "the program") -> Built:
     """:func:`build` ``mod`` for ``target`` (default: the host) and run it once on
-    ``inputs``; returns (GraphModule, outputs, build seconds). The build seconds include
-    creating the executor: this TVM's LLVM module turns into machine code when the executor
-    first looks up its kernels (11 s of DenseNet-121 on a Zen 1, whose runs take 0.3 s), so
-    what follows is the program's own first run. Progress (``what`` names the program) shows
-    while it builds and runs."""
+    ``inputs``. The build seconds include creating the executor: this TVM's LLVM module
+    turns into machine code when the executor first looks up its kernels (11 s of
+    DenseNet-121 on a Zen 1, whose runs take 0.3 s), so the first run is the program's
+    own. Progress (``what`` names the program) shows while it builds and runs."""
     t0 = time.perf_counter()
     with progress.ticking(f"building {what}"):
         lib = build(mod, target=target, opt_level=opt_level, sequence=sequence)
         m = executor(lib)
-    build_seconds = time.perf_counter() - t0
+    t1 = time.perf_counter()
     with progress.ticking(f"running {what}"):
         outputs = run(m, inputs)
-    return m, outputs, build_seconds
+    return Built(m, outputs, t1 - t0, time.perf_counter() - t1)
 
 
 # -- timing -------------------------------------------------------------------------------

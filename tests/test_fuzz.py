@@ -136,7 +136,7 @@ def tvm_outputs(graph: TensorGraph, signature, inputs) -> list[np.ndarray]:
     from relay_eqsat.passes.runtime import build_and_run
 
     mod = graph_to_module(graph, signature=signature)
-    _, outputs, _ = build_and_run(mod, inputs)
+    outputs = build_and_run(mod, inputs).outputs
     return outputs
 
 
