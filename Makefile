@@ -11,6 +11,9 @@ PY_COMPILED := $(wildcard relay_eqsat/types.py relay_eqsat/ops/*.py relay_eqsat/
 EXT_STAMP := $(VENV)/.ext-built
 DEMO_MODEL ?= zoo:nasrnn
 PYTEST_ARGS ?=
+# pytest-xdist workers of `make test`: one per CPU, at most 4 (each holds TVM, ~0.9 GB); 0 runs the
+# tests in one process
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 # bench scripts run by `make bench`, in order; BENCH_ARGS go to each (e.g. "--small --models squeezenet,bert").
 # NasNet-A runs at its small size by default where TVM builds it: over 12 minutes for the full model on 2 cores.
 BENCH_SCRIPTS ?= egraph_throughput extraction cost_accuracy foreign_models simplify_copies mcts_vs_tensat end_to_end real_models
@@ -57,7 +60,7 @@ demo: $(EXT_STAMP)
 	$(VENV)/bin/relay-eqsat optimize $(DEMO_MODEL)
 
 test: $(EXT_STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 bench: $(EXT_STAMP)
 	$(if $(strip $(BENCH_PYTEST)),$(PY) -m pytest -q $(BENCH_PYTEST))

@@ -2,8 +2,16 @@
 tests of the TVM-free core run without it."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # TVM's runtime pins its main thread to CPU 0 (and whatever the process starts later inherits
+    # it): every pytest-xdist worker would then share one core (seen on 2 cores: two workers at
+    # 50% each, the other core idle). Unpinned, the workers spread over the cores.
+    os.environ.setdefault("TVM_BIND_THREADS", "0")
 
 
 @pytest.fixture
