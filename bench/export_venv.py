@@ -55,8 +55,17 @@ def ensure_export_venv(venv: Path = EXPORT_VENV) -> Path:
     return py
 
 
+def _every_cpu() -> None:
+    """In the child before it runs: every CPU, not the parent's. Once TVM's runtime has started its
+    thread pool it pins the process's main thread to CPU 0, and a child inherits that: onnxruntime
+    run with --threads 2 would put both its threads on one core."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+
+
 def _run_helper(py: Path, *args: str, timeout: float = 3600) -> str:
-    proc = subprocess.run([str(py), str(EXPORT_SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([str(py), str(EXPORT_SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=_every_cpu)
     if proc.returncode != 0:
         raise RuntimeError(f"export_onnx.py {args[0]} failed: {_tail(proc.stderr or proc.stdout)}")
     return proc.stdout

@@ -201,3 +201,23 @@ def test_json_and_plot_from_a_synthetic_result(tmp_path):
     png = real_models.plot_ratios(rows, tmp_path / "real_models.png")
     assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert real_models.plot_ratios([rows[1]], tmp_path / "none.png") is None  # nothing measured
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity") or (__import__("os").cpu_count() or 1) < 2,
+                    reason="needs CPU affinity and two CPUs")
+def test_onnxruntime_runs_on_every_cpu_after_tvm_pinned_the_bench(tmp_path, monkeypatch):
+    """TVM's runtime pins the main thread to CPU 0 once its thread pool starts, and a child
+    inherits that: the export venv's helper (onnxruntime's reference) gets every CPU back."""
+    import os
+
+    export_venv = pytest.importorskip("export_venv")
+    script = tmp_path / "affinity.py"
+    script.write_text("import os, sys\nprint(sorted(os.sched_getaffinity(0)))\n")
+    monkeypatch.setattr(export_venv, "EXPORT_SCRIPT", script)
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})  # as TVM leaves the bench's process
+    try:
+        out = export_venv._run_helper(Path(sys.executable), "ort")
+    finally:
+        os.sched_setaffinity(0, before)
+    assert json.loads(out) == sorted(before) and len(before) >= 2
