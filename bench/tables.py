@@ -21,13 +21,14 @@ def machine_info() -> dict:
     try:
         import tvm
 
+        from relay_eqsat.passes.runtime import thread_count
         from relay_eqsat.passes.target import host_target
 
         info["tvm"] = tvm.__version__
         info["target"] = host_target()
-        num_threads = tvm.get_global_func("runtime.NumThreads", True)
-        if num_threads is not None:
-            info["tvm_threads"] = int(num_threads())
+        threads = thread_count()
+        if threads is not None:
+            info["tvm_threads"] = threads
     except ImportError:
         pass
     return info

@@ -209,7 +209,7 @@ def profile_module(mod, params: dict | None = None, target: str | None = None, r
 
     from .eqsat_pass import bind_params
     from .relay import UnsupportedProgram, from_relay
-    from .runtime import build, executor, node_times, random_inputs, time_within
+    from .runtime import build, executor, node_times, random_inputs, thread_count, time_within
     from .target import host_target
 
     target = target or host_target()
@@ -245,7 +245,7 @@ def profile_module(mod, params: dict | None = None, target: str | None = None, r
             m.run()
         timing = time_within([m], time_budget, [time.perf_counter() - t0])
         whole_seconds, whole_timing = timing.medians[0], timing.describe()
-    threads = int(tvm.get_global_func("runtime.NumThreads")())
+    threads = thread_count()
     return {"model": None, "target": target, "threads": threads, "repeat": repeat, "number": number,
             "min_repeat_ms": min_repeat_ms, "kernel_seconds": total, "whole_seconds": whole_seconds,
             "whole_timing": whole_timing,

@@ -88,6 +88,23 @@ def build(mod, params: Mapping | None = None, target: str | None = None, opt_lev
     return lib
 
 
+def thread_count() -> int | None:
+    """The threads TVM's runtime runs a kernel with (``TVM_NUM_THREADS`` or its default); None
+    when this TVM cannot say. Asking starts TVM's thread pool, which pins the calling thread to
+    one CPU (on 2 cores: {0, 1} -> {0}), and every thread or process it starts later inherits
+    that (onnxruntime or torch run after the pass in the same process: one core). The caller's
+    CPUs are given back."""
+    num_threads = tvm.get_global_func("runtime.NumThreads", True)
+    if num_threads is None:
+        return None
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    try:
+        return int(num_threads())
+    finally:
+        if cpus is not None and os.sched_getaffinity(0) != cpus:
+            os.sched_setaffinity(0, cpus)
+
+
 def executor(lib, dev=None) -> graph_executor.GraphModule:
     """A graph executor on ``dev`` (default: the CPU) for a factory from :func:`build`
     (a GraphModule is returned as it is)."""

@@ -38,6 +38,7 @@ from tvm import relay
 from relay_eqsat.cost.instance import attrs_from_str, attrs_to_str
 from relay_eqsat.graph import TensorGraph, TensorType
 
+from .runtime import thread_count
 from .target import host_target
 
 #: report keys a verdict carries
@@ -49,9 +50,9 @@ def runtime_threads() -> str:
     """The thread count TVM's runtime is set to run a kernel with (``TVM_NUM_THREADS``, or its
     default): part of a verdict's key, since a program measured faster on one thread need not be
     on eight."""
-    num_threads = tvm.get_global_func("runtime.NumThreads", True)
-    if num_threads is not None:
-        return str(int(num_threads()))
+    threads = thread_count()
+    if threads is not None:
+        return str(threads)
     return os.environ.get("TVM_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or "default"
 
 

@@ -6,6 +6,9 @@ timing assertions."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -285,6 +288,21 @@ def test_runtime_threads_names_the_runtime_setting():
     from relay_eqsat.passes.verdicts import runtime_threads
 
     assert runtime_threads() == str(int(tvm.get_global_func("runtime.NumThreads")()))
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or (os.cpu_count() or 1) < 2,
+                    reason="needs CPU affinity and two CPUs")
+def test_asking_the_thread_count_leaves_the_callers_cpus():
+    """Asking TVM's runtime for its thread count starts its thread pool, which pins the calling
+    thread to CPU 0; what the pass's process starts later (onnxruntime, torch) would inherit it.
+    A fresh process (TVM's pool not started, threads bound as by default) keeps its CPUs."""
+    code = ("import os\nfrom relay_eqsat.passes.runtime import thread_count\n"
+            "before = os.sched_getaffinity(0)\nn = thread_count()\n"
+            "print(n >= 1, os.sched_getaffinity(0) == before, len(before))")
+    env = {k: v for k, v in os.environ.items() if k != "TVM_BIND_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-3:] == ["True", "True", str(len(os.sched_getaffinity(0)))]
 
 
 def test_default_remembers_a_measured_win(monkeypatch, cost_db, builds):
