@@ -57,8 +57,8 @@ def ensure_export_venv(venv: Path = EXPORT_VENV) -> Path:
 
 def _every_cpu() -> None:
     """In the child before it runs: every CPU, not the parent's. Once TVM's runtime has started its
-    thread pool it pins the process's main thread to CPU 0, and a child inherits that: onnxruntime
-    run with --threads 2 would put both its threads on one core."""
+    thread pool at one thread it binds the process's main thread to CPU 0, and a child inherits
+    that: onnxruntime asked for more threads than TVM runs would share one core."""
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, range(os.cpu_count() or 1))
 
