@@ -50,8 +50,8 @@ def product_fan_in(op: str, attrs, input_types, out_type) -> int | None:
     onto its saturated fast path; measured so, BERT's fused GELU cost 3.7 ns per element where
     it costs 15 on O(1) values (Zen 4)."""
     d = ops.get(op)
-    if d.pattern != "out_fusable":
-        return None
+    if d.pattern != "out_fusable" or d.fusion != "anchor":
+        return None  # batch_norm is out-fusable in TVM but a scale and shift (and returns a tuple)
     elements = int(np.prod(out_type.shape)) if out_type.shape else 1
     f = ops.flops(op, attrs, input_types, out_type)
     return max(1, f // (2 * elements)) if f > 0 and elements else None

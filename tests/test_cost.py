@@ -176,6 +176,39 @@ def test_backend_selection(monkeypatch):
 
 
 @pytest.mark.tvm
+def test_a_batch_norm_alone_is_measured_and_an_older_harness_failure_tried_again(tmp_path, monkeypatch):
+    """batch_norm is out-fusable in TVM but no product: drawing its parameters as a product's
+    weights asked its tuple output for a shape and failed on every CPU (DenseNet-121's 62 batch
+    norms stayed predicted). Its variance stays positive; a failure recorded by an older measuring
+    harness is tried again, one recorded since is not."""
+    pytest.importorskip("tvm")
+    import sqlite3
+
+    from relay_eqsat.cost import measure
+    from relay_eqsat.passes.kernels import product_fan_in, relay_function
+
+    bn = OpInstance.make("nn.batch_norm", dict(axis=1, epsilon=1e-5, center=True, scale=True),
+                         [TensorType((1, 8, 4, 4))] + [TensorType((8,))] * 4)
+    assert product_fan_in(bn.op, bn.attrs, bn.input_types, bn.out_type) is None
+    _, params, _ = relay_function(bn)
+    assert sorted(params) == ["p1", "p2", "p3", "p4"] and all(float(v.min()) > 0 for v in params.values())
+    cache = CostCache(tmp_path / "c.sqlite")
+    cache.put_failure(bn, TARGET, "tvm-llvm", "AttributeError: 'TupleType' object has no attribute 'shape'")
+    cache.close()
+    with sqlite3.connect(tmp_path / "c.sqlite") as db:  # recorded before the harness changed
+        db.execute("UPDATE failures SET timestamp=?", (measure.HARNESS_CHANGED - 1,))
+    cache = CostCache(tmp_path / "c.sqlite")
+    with Measurer(TARGET, config=MeasureConfig(repeat=3, min_repeat_ms=1), cache=cache) as m:
+        (r,) = m.measure_many([bn])
+    assert r.ok and not r.cached and math.isfinite(r.seconds) and r.seconds > 0
+    assert cache.get(bn, TARGET, "tvm-llvm").seconds == r.seconds
+    cache.put_failure(add(2, 3), TARGET, "tvm-llvm", "boom")  # recorded now: skipped
+    with Measurer(TARGET, config=MeasureConfig(repeat=3, min_repeat_ms=1), cache=cache) as m:
+        (again,) = m.measure_many([add(2, 3)])
+    assert again.cached and again.error == "boom"
+
+
+@pytest.mark.tvm
 def test_real_measurement_and_host_target(tmp_path, monkeypatch):
     pytest.importorskip("tvm")
     cache = CostCache(tmp_path / "c.sqlite")

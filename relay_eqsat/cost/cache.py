@@ -314,9 +314,12 @@ class CostCache:
         self._write(("INSERT OR REPLACE INTO failures VALUES (?,?,?,?,?,?,?,?,?)",
                      key + (inst.out_str, str(error)[-4000:], time.time())))
 
-    def get_failure(self, inst: OpInstance, target: str, backend: str) -> str | None:
+    def get_failure(self, inst: OpInstance, target: str, backend: str, since: float = 0.0) -> str | None:
+        """Why ``inst`` could not be measured, as recorded at ``since`` (a time.time()) or later;
+        None if no such failure is recorded."""
         rows = self._query("SELECT error FROM failures WHERE op=? AND attrs=? AND shapes=? AND dtype=? "
-                           "AND target=? AND backend=?", inst.key() + (normalize_target(target), backend))
+                           "AND target=? AND backend=? AND timestamp>=?",
+                           inst.key() + (normalize_target(target), backend, since))
         return rows[0][0] if rows else None
 
     # -- small key/value store (e.g. the resolved host target) -----------------

@@ -59,6 +59,10 @@ PROBE_HOST_TARGET = WORKER_MODULE + ":probe_host_target"
 PROBE_BACKENDS = WORKER_MODULE + ":probe_backends"
 #: the module whose ``host_target()`` is asked in this process when it is loaded already
 HOST_TARGET_MODULE = "relay_eqsat.passes.target"
+#: when the measuring worker last learned to build kernels it could not (a time.time()): failures
+#: recorded before are tried again (2026-11-28: batch_norm, which failed on every CPU since the
+#: 2026-11-27 change to how weights are drawn)
+HARNESS_CHANGED = 1795865400.0  # 2026-11-28 11:30 UTC
 #: how long a fresh worker may take to import TVM and say it is ready (not part of any job's timeout)
 WORKER_START_S = 120.0
 
@@ -367,7 +371,7 @@ class Measurer:
                                                  row.repeats, cached=True))
                     continue
                 if not retry_failed:
-                    err = cache.get_failure(inst, self.target, self.backend)
+                    err = cache.get_failure(inst, self.target, self.backend, since=HARNESS_CHANGED)
                     if err is not None:
                         results.append(MeasureResult(inst, self.target, self.backend, error=err, cached=True))
                         continue
