@@ -27,6 +27,7 @@ Where a setting comes from, highest first (a value set at a higher level wins):
 """
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable, Mapping
 
 import pytest
@@ -64,7 +65,13 @@ _CALL_ONLY = ("input_ranges", "snapshot")
 #: the layers of :func:`resolve`, lowest precedence first
 SOURCES = ("plugin default", "ini eqsat_options", "command line", "marker", "call")
 
+#: the terminal summary's records (one per eqsat call), gathered from the test reports
 _RECORDS = pytest.StashKey[list]()
+#: a test's own records, filled by its eqsat calls and sent with its teardown report: a
+#: pytest-xdist worker's reports reach the controller, whose terminal summary lists them
+_ITEM_RECORDS = pytest.StashKey[list]()
+#: the attribute of a teardown report carrying its test's records
+REPORT_ATTR = "eqsat_records"
 
 
 class SettingError(ValueError):
@@ -194,6 +201,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "eqsat(**options): EqSatPass options and eqsat plugin settings for this test's eqsat "
                    "calls (over the command line and the ini file; a call's own keywords win)")
     config.stash[_RECORDS] = []
+    config.pluginmanager.register(_Gatherer(config.stash[_RECORDS]), "relay-eqsat-records")
     try:
         for source, values in config_layers(config):
             split(values, source)
@@ -209,7 +217,31 @@ def eqsat(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     :class:`relay_eqsat.passes.regression.EqSat`."""
     from relay_eqsat.passes.regression import EqSat
 
-    return EqSat(request.node, request.config, tmp_path_factory, request.config.stash[_RECORDS])
+    records = request.node.stash.setdefault(_ITEM_RECORDS, [])
+    return EqSat(request.node, request.config, tmp_path_factory, records)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    records = item.stash.get(_ITEM_RECORDS, None)
+    if call.when == "teardown" and records:
+        # plain JSON values: pytest-xdist sends the report to the controller (execnet, no numpy types)
+        setattr(outcome.get_result(), REPORT_ATTR, json.loads(json.dumps(records, default=_plain)))
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else str(value)
+
+
+class _Gatherer:
+    """Gathers the records the test reports carry (a pytest-xdist worker's too) for the summary."""
+
+    def __init__(self, records: list):
+        self.records = records
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.records.extend(getattr(report, REPORT_ATTR, None) or ())
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:

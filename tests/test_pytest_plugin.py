@@ -116,6 +116,26 @@ def test_snapshots_are_written_matched_regressed_and_updated(pytester):
     assert snapshot_file(pytester).read_text() == written
 
 
+def test_the_summary_lists_the_calls_made_in_pytest_xdist_workers(pytester):
+    """Under pytest-xdist the eqsat calls run in worker processes: their records travel with the
+    test reports to the controller, whose terminal summary lists them as a one-process run does
+    (a failing call too)."""
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_suite=SNAPSHOT_SUITE)
+    res = run(pytester, "-p", "xdist", "-n", "2", "--eqsat-update-snapshots")
+    res.assert_outcomes(passed=2)
+    res.stdout.fnmatch_lines(["*- relay-eqsat -*",
+                              "test_suite.py::test_tiny: module, cost * -> * ms (*x), changed, snapshot written",
+                              "4 eqsat calls; snapshots: 4 written"])
+    res.stdout.fnmatch_lines(["test_suite.py::test_two_calls [[]small[]]: module, *, snapshot written"])
+    data = edit_snapshot(snapshot_file(pytester), fingerprint="sha256:0000000000000000")
+    assert data["changed"] is True
+    res = run(pytester, "-p", "xdist", "-n", "2", "-k", "test_tiny")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*test_tiny: module, *, snapshot differs, FAILED: eqsat snapshot differs*",
+                              "1 eqsat call; snapshots: 1 differs"])
+
+
 def test_snapshot_comparison_fields_and_tolerance():
     from relay_eqsat.passes import snapshots
 
