@@ -3,7 +3,7 @@
 The optimizer calibrates on such a CPU: it extracts with a borrowed CPU's model, measures the
 candidate's kernels here, extracts again, up to ``CALIBRATION_ROUNDS`` rounds. This script records
 every candidate (by wrapping ``Calibrator.measure``), its cost under the kernels measured by the
-end, which one the optimizer returned, and times side by side (paired rounds, wall clock) the
+end, which one the optimizer returned, and times side by side (paired rounds) the
 last extraction (what the loop returned before 2026-11-28) and the returned program.
 
     TVM_NUM_THREADS=1 .venv/bin/python bench/calibration_rounds.py bench/models/bert.onnx \\
@@ -52,9 +52,11 @@ def main(argv=None) -> int:
         return measure(self, graphs)
     calibrate.Calibrator.measure = recording
     t0 = time.perf_counter()
-    out, rep = optimize_graph(graph, OptimizeOptions.from_mapping({"target": target}), cost_model=cost_model,
-                              calibrate=True, runtime_decides=True)
-    calibrate.Calibrator.measure = measure
+    try:
+        out, rep = optimize_graph(graph, OptimizeOptions.from_mapping({"target": target}), cost_model=cost_model,
+                                  calibrate=True, runtime_decides=True)
+    finally:
+        calibrate.Calibrator.measure = measure
 
     def products(g):
         return {k: v for k, v in g.op_counts().items() if "dense" in k or "matmul" in k}
@@ -69,15 +71,15 @@ def main(argv=None) -> int:
     if not seen or seen[-1] is out:
         print("the last extraction is the returned program: nothing to compare")
     else:
-        inputs = runtime.random_inputs({n.attrs["name"]: (n.type.shape, n.type.dtype)
-                                        for n in graph.nodes if n.op == "var"})
+        inputs = runtime.random_inputs({k: (t.shape, t.dtype) for k, t in graph.input_types().items()})
         names = ("last extraction", "returned")
-        built = [runtime.build_and_run(graph_to_module(p), inputs)[:2] for p in (seen[-1], out)]
-        samples = runtime.time_rounds([m for m, _ in built], repeat=args.rounds, wall=[True, True])
+        built = [runtime.build_and_run(graph_to_module(p), inputs) for p in (seen[-1], out)]
+        samples = runtime.time_rounds([b.module for b in built], repeat=args.rounds,
+                                      wall=[b.first_run_s >= runtime.WALL_CLOCK_S for b in built])
         ratio, wins = runtime.paired_ratio(samples[0], samples[1])
         res["timing"] = {n: {"median_s": statistics.median(s), "samples_s": s} for n, s in zip(names, samples)}
         res.update(ratio_returned_over_last=ratio, wins_returned=wins,
-                   max_err=runtime.output_error(built[0][1], built[1][1])[0])
+                   max_err=runtime.output_error(built[0].outputs, built[1].outputs)[0])
         print(f"  timed side by side, {args.rounds} rounds: last extraction "
               f"{res['timing'][names[0]]['median_s'] * 1e3:.1f} ms, returned "
               f"{res['timing'][names[1]]['median_s'] * 1e3:.1f} ms, ratio {ratio:.3f} ({wins}/{args.rounds} won), "
