@@ -188,8 +188,8 @@ def test_gpu_targets_unaffected(kind):
 
 def test_baseline_follows_the_lanes():
     """The learned models' roofline baseline is divided by the lane efficiency; the tree
-    features do not depend on the target."""
-    insts = [conv(58, 58, 28), conv(64, 64, 28), conv(58, 64, 28), conv(58, 58, 28, 3, groups=58)]
+    features do not depend on the target (7 x 7 outputs: tiles of 7 columns, no spill on AVX2)."""
+    insts = [conv(58, 58, 7), conv(64, 64, 7), conv(58, 64, 7), conv(58, 58, 7, 3, groups=58)]
     b16, b8, b0 = baseline(insts, 16), baseline(insts, 8), baseline(insts, None)
     assert b16[0] > b8[0] > b0[0] and b16[3] > b0[3]
     assert b16[1] == b8[1] == b0[1] and b16[2] == b0[2]  # full output blocks
@@ -203,10 +203,10 @@ def test_learned_prediction_uses_the_target_lanes():
     from relay_eqsat.cost.learned import BASELINE_V1
 
     model = CostModel("learned", target=SPR).learned
-    c = conv(58, 58, 28)
+    c = conv(58, 58, 7)  # 7 x 7: a tile of 7 columns, no spill on AVX2
     t16, t8, t_gpu = (model.predict([c], target=t)[0] for t in (SPR, HASWELL, "cuda"))
     assert t16 > t8 > t_gpu
-    full = conv(64, 64, 28)  # full blocks on both: the same features, the same prediction
+    full = conv(64, 64, 7)  # full blocks on both: the same features, the same prediction
     assert model.predict([full], target=SPR)[0] == model.predict([full], target=HASWELL)[0]
     v1 = LearnedCostModel(model.model, dict(model.meta, baseline=BASELINE_V1))
     assert v1.predict([c], target=SPR)[0] == pytest.approx(t_gpu, rel=1e-12)
@@ -393,3 +393,96 @@ def test_cost_models_price_padding_to_the_tile_cheaper(kind):
                     1.5 * cm.kernel_cost(padded.op, padded.attrs, padded.input_types, padded.out_type), (kind, target)
         finally:
             cm.close()
+
+
+# -- register tiles (simd.accumulators, register_efficiency; baseline v5) -------------------
+
+def _tile_conv(h, w, k, c=64, pad=None):
+    """A conv k x k c->c whose output is h x w (padding k // 2 unless ``pad``)."""
+    p = k // 2 if pad is None else pad
+    attrs = dict(strides=(1, 1), padding=(p, p, p, p), dilation=(1, 1), groups=1,
+                 data_layout="NCHW", kernel_layout="OIHW", out_dtype="")
+    return OpInstance.make("nn.conv2d", attrs, [TensorType((1, c, h + k - 1 - 2 * p, w + k - 1 - 2 * p), "float32"),
+                                               TensorType((c, c, k, k), "float32")])
+
+
+TILE_SHAPES = [(28, 28, 3), (28, 56, 3), (28, 14, 3), (14, 14, 3), (7, 7, 3), (27, 27, 3), (55, 55, 3),
+               (14, 14, 1), (14, 7, 1), (28, 28, 1), (28, 7, 1), (9, 9, 1), (16, 8, 1), (13, 7, 1), (27, 27, 1),
+               (55, 55, 1), (15, 15, 1), (7, 7, 1)]
+
+
+def test_accumulators_of_the_fallback_tiles():
+    """A 3x3 tile is its width block (largest divisor up to 31), a 1x1 one ow x oh below 32; on AVX2
+    a tile above 14 spills (0.65 of the speed), on AVX-512 none of these does; not a convolution or
+    not x86: no effect."""
+    from relay_eqsat.cost.simd import REGISTER_SPILL, accumulators, register_efficiency
+
+    acc = {(h, w, k): accumulators(*_args(_tile_conv(h, w, k)), _tile_conv(h, w, k).out_type, 8)
+           for h, w, k in TILE_SHAPES}
+    assert acc == {(28, 28, 3): 28, (28, 56, 3): 28, (28, 14, 3): 14, (14, 14, 3): 14, (7, 7, 3): 7,
+                   (27, 27, 3): 27, (55, 55, 3): 11, (14, 14, 1): 28, (14, 7, 1): 14, (28, 28, 1): 28,
+                   (28, 7, 1): 28, (9, 9, 1): 27, (16, 8, 1): 16, (13, 7, 1): 7, (27, 27, 1): 27,
+                   (55, 55, 1): 11, (15, 15, 1): 15, (7, 7, 1): 7}
+    for (h, w, k), a in acc.items():
+        inst = _tile_conv(h, w, k)
+        assert register_efficiency(*_args(inst), inst.out_type, 8) == (REGISTER_SPILL if a > 14 else 1.0)
+        assert register_efficiency(*_args(inst), inst.out_type, 16) == 1.0
+        assert register_efficiency(*_args(inst), inst.out_type, None) == 1.0
+    d = _dense(128)
+    assert accumulators(*_args(d), d.out_type, 8) is None and register_efficiency(*_args(d), d.out_type, 8) == 1.0
+    dw = conv(64, 64, 28, k=3, groups=64)
+    assert accumulators(*_args(dw), dw.out_type, 8) is None
+
+
+@pytest.mark.tvm
+def test_accumulators_agree_with_tvm():
+    """The tiles TVM's own fallback (``topi.x86.conv2d._get_default_config``) picks, on an AVX2
+    target: reg_n for kernels larger than 1x1, oh x ow for 1x1 ones."""
+    tvm = pytest.importorskip("tvm")
+    from tvm import te
+    from tvm.autotvm.task.space import FallbackConfigEntity
+    from tvm.topi.x86.conv2d import _get_default_config
+
+    from relay_eqsat.cost.simd import accumulators
+
+    for h, w, k in TILE_SHAPES:
+        inst = _tile_conv(h, w, k, c=16)
+        x, wt = inst.input_types
+        cfg = FallbackConfigEntity()
+        with tvm.target.Target(HASWELL):
+            _get_default_config(cfg, te.placeholder(x.shape, "float32"), te.placeholder(wt.shape, "float32"),
+                                (1, 1), inst.attrs["padding"], (1, 1), "float32")
+        tvm_tile = cfg["tile_ow"].size[-1] * (cfg["tile_oh"].val if k == 1 else 1)
+        assert accumulators(*_args(inst), inst.out_type, 8) == tvm_tile, (h, w, k)
+
+
+def test_baseline_v5_prices_spilled_tiles_on_avx2_only():
+    """Baseline v5 divides a spilling tile's time by the spill factor on AVX2; v4 (models trained
+    before it) does not; on AVX-512 the two agree."""
+    from relay_eqsat.cost.learned import BASELINE, BASELINE_V4, lane_efficiencies
+    from relay_eqsat.cost.simd import REGISTER_SPILL
+
+    wide, narrow = _tile_conv(28, 28, 3), _tile_conv(28, 14, 3)
+    v5, v4 = lane_efficiencies([wide, narrow], 8, BASELINE), lane_efficiencies([wide, narrow], 8, BASELINE_V4)
+    assert v5[0] == pytest.approx(v4[0] * REGISTER_SPILL) and v5[1] == v4[1]
+    assert list(lane_efficiencies([wide, narrow], 16, BASELINE)) == list(lane_efficiencies([wide, narrow], 16,
+                                                                                         BASELINE_V4))
+
+
+@pytest.mark.parametrize("kind", ["auto", "learned", "analytic"])
+def test_split_halves_of_a_spilling_conv_cost_less_on_avx2(kind):
+    """A 3x3 conv 64->64 with 28 columns against its two 14-column halves (what conv-split-width
+    builds; measured on a Zen 1: 2.77 ms against 2 x 0.96): cheaper on AVX2 targets, not on AVX-512."""
+    whole, half = _tile_conv(28, 28, 3), _tile_conv(28, 14, 3)
+    for target in AVX2_TARGETS + ("llvm -mtriple=x86_64-linux-gnu -mcpu=znver1",):
+        cm = CostModel(kind, target=target)
+        try:
+            assert 2 * cm.kernel_cost(*_args(half), half.out_type) < \
+                0.85 * cm.kernel_cost(*_args(whole), whole.out_type), (kind, target)
+        finally:
+            cm.close()
+    cm = CostModel(kind, target=ZNVER4)
+    try:
+        assert 2 * cm.kernel_cost(*_args(half), half.out_type) > 0.9 * cm.kernel_cost(*_args(whole), whole.out_type)
+    finally:
+        cm.close()

@@ -89,8 +89,10 @@ _LOG_BYTES = FEATURE_NAMES.index("log_bytes")
 #: v2 is v1's roofline time divided by the schedule efficiency (``simd.schedule_efficiency``: channel lanes,
 #: width blocks, row tiles of TVM's x86 fallback schedules; as ``AnalyticModel.kernel_cost``); v3 also
 #: counts a dense's output-column block (``simd.column_block``); v4 a width block's accumulation chains
-#: the CPU overlaps (``simd.chain_width``). Models of each stay readable.
-BASELINE = "roofline-cpu-v4"
+#: the CPU overlaps (``simd.chain_width``); v5 a convolution tile's accumulators that spill out of the vector
+#: registers (``simd.register_efficiency``: AVX2 only). Models of each stay readable.
+BASELINE = "roofline-cpu-v5"
+BASELINE_V4 = "roofline-cpu-v4"
 BASELINE_V3 = "roofline-cpu-v3"
 BASELINE_V2 = "roofline-cpu-v2"
 BASELINE_V1 = "roofline-cpu-v1"
@@ -99,10 +101,11 @@ _BASELINE_MODEL = AnalyticModel()  # fixed constants, never the environment's: a
 
 def lane_efficiencies(instances: Sequence[OpInstance], lanes: int | None, kind: str = BASELINE) -> np.ndarray:
     """``simd.schedule_efficiency`` of each instance on a CPU of ``lanes`` fp32 lanes, as baseline
-    ``kind`` (v2, v3 or v4) counts it."""
-    columns, chains = kind != BASELINE_V2, kind == BASELINE
+    ``kind`` (v2 to v5) counts it."""
+    columns, chains, registers = kind != BASELINE_V2, kind in (BASELINE, BASELINE_V4), kind == BASELINE
     return np.array([schedule_efficiency(i.op, i.attrs, i.input_types, i.out_type, lanes, columns=columns,
-                                         chains=chains) for i in instances], dtype=np.float64)
+                                         chains=chains, registers=registers) for i in instances],
+                    dtype=np.float64)
 
 
 def baseline(instances: Sequence[OpInstance], lanes: int | None = None) -> np.ndarray:
@@ -465,7 +468,7 @@ class LearnedCostModel:
         X = feature_matrix(instances)
         t = np.exp(self.ensemble.predict(X))
         kind = self.meta.get("baseline")
-        if kind in (BASELINE, BASELINE_V3, BASELINE_V2):
+        if kind in (BASELINE, BASELINE_V4, BASELINE_V3, BASELINE_V2):
             lanes = simd_lanes(target if target is not None else self.target)
             return t * _baseline_of(X, lane_efficiencies(instances, lanes, kind))
         return t * _baseline_of(X) if kind == BASELINE_V1 else t

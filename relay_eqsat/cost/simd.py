@@ -227,6 +227,57 @@ def width_block(op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Ty
     return _largest_divisor(out_type.shape[3], 31)
 
 
+def accumulators(op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type,
+                 lanes: int | None) -> int | None:
+    """The vector registers of partial sums in the innermost loop of TVM's x86 fallback for a
+    dense (groups 1) fp32 convolution: one per output column of the width block ``reg_n``
+    (kernels larger than 1x1, :func:`width_block`) or of the ``oh x ow`` tile
+    (``conv2d_avx_1x1._fallback_schedule``: ``ow`` the largest divisor of the output width
+    below 32, then ``oh`` the largest divisor of the output height with ``oh * ow < 32``),
+    times the output-channel block's vectors; None for anything else (or ``lanes`` None)."""
+    if not lanes or conv_kind(op, attrs, input_types) != "conv" or not isinstance(out_type, TensorType):
+        return None
+    w = input_types[1]
+    blocks = channel_blocks(op, attrs, input_types, lanes)
+    vectors = -(-blocks[1] // lanes) if blocks else 1
+    if w.shape[2] == 1 and w.shape[3] == 1:
+        h, wd = out_type.shape[2], out_type.shape[3]
+        ow = _largest_divisor(wd, 31)
+        oh = next((d for d in range(h, 0, -1) if h % d == 0 and d * ow < 32), 1)
+        return oh * ow * vectors
+    return _largest_divisor(out_type.shape[3], 31) * vectors
+
+
+#: a tile of more accumulators than ``vector_registers - REGISTER_SPARE`` spills in the innermost loop and
+#: runs at ``REGISTER_SPILL`` of its speed: a step, fitted by ``bench/register_tiles.py`` on a Zen 1 (AVX2,
+#: 44 kernels: 3x3 convolutions at 4-56 columns, 1x1 ones at tiles of 7-28; least squares on
+#: log-seconds, median |residual| 0.17 -> 0.066; a power law ``(14 / acc) ** s`` fitted worse). Tiles of
+#: 7-14 columns ran at 29-31 GFLOP/s there, 15-28 at 15-27.
+REGISTER_SPARE = 2
+REGISTER_SPILL = 0.65
+
+
+def vector_registers(lanes: int | None) -> int | None:
+    """The vector registers of the ISA that TVM's lane count stands for: 32 with AVX-512
+    (16 lanes), 16 with AVX2 or SSE (8 or 4)."""
+    if not lanes:
+        return None
+    return 32 if lanes >= 16 else 16
+
+
+def register_efficiency(op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type,
+                        lanes: int | None) -> float:
+    """The share of its speed a convolution keeps when its fallback tile needs more accumulators
+    (:func:`accumulators`) than fit in the vector registers beside the weight and the input
+    (``vector_registers - REGISTER_SPARE``): ``REGISTER_SPILL``; 1.0 where they fit or nothing
+    applies. On AVX2 (16 registers) TVM's tiles of 28 columns (widths 28, 56, 112; 1x1
+    convolutions of most sizes) spill; on AVX-512 (32) only a tile of 31 would."""
+    acc = accumulators(op, attrs, input_types, out_type, lanes)
+    if acc is None or acc <= vector_registers(lanes) - REGISTER_SPARE:
+        return 1.0
+    return REGISTER_SPILL
+
+
 def chain_length(input_types: Sequence[Type]) -> int:
     """The FMAs one output value accumulates in a convolution (input channels per group x kernel
     height x width): the dependency chain each of the schedule's ``reg_n`` accumulators runs."""
@@ -304,7 +355,8 @@ def _tile_efficiency(block: float | None, rule: tuple[int, float]) -> float:
 
 
 def schedule_efficiency(op: str, attrs: Attrs, input_types: Sequence[Type], out_type: Type,
-                        lanes: int | None, columns: bool = True, chains: bool = True) -> float:
+                        lanes: int | None, columns: bool = True, chains: bool = True,
+                        registers: bool = True) -> float:
     """The share of its well-tiled speed a kernel runs at under TVM's x86 fallback schedules
     on a CPU of ``lanes`` fp32 lanes: the lane efficiency of a convolution's channel blocks
     times that of its output-width block, or a dense/batch_matmul's row tile (times a dense's
@@ -312,10 +364,14 @@ def schedule_efficiency(op: str, attrs: Attrs, input_types: Sequence[Type], out_
     none applies or the target is not x86 (``lanes`` None). Its time is the well-tiled time
     divided by this. ``columns`` False leaves the column blocks out (what models trained on
     baseline v2 were fitted to); ``chains`` False counts a width block as its columns alone,
-    without the accumulation chains the CPU overlaps (``chain_width``; baselines v2 and v3)."""
+    without the accumulation chains the CPU overlaps (``chain_width``; baselines v2 and v3);
+    ``registers`` False leaves out a convolution tile's spilled accumulators
+    (``register_efficiency``; baselines v2 to v4)."""
     if not lanes:
         return 1.0
     eff = lane_efficiency(op, attrs, input_types, lanes)
+    if registers:
+        eff *= register_efficiency(op, attrs, input_types, out_type, lanes)
     columns_busy: float | None = width_block(op, attrs, input_types, out_type)
     if columns_busy is not None and chains:
         columns_busy = chain_width(columns_busy, chain_length(input_types))
