@@ -166,47 +166,72 @@ def fit_efficiency(rows: list[dict]) -> dict:
     return out
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run_sweep(argv, description: str, out: str, quick: str, measure, report, refresh=None) -> int:
+    """A kernel sweep's command line (this one, ``register_tiles.py``): options for timing, a
+    small subset, the target, the output and ``--refit FILE`` (an earlier run's rows, updated by
+    ``refresh(old)``, fitted and reported again); else ``measure(args, target, lanes) -> rows``
+    on the target (``--target`` or the host's; exit status 2 where its code does not run here)
+    and ``report(target, lanes, rows, args, machine)``."""
+    from relay_eqsat.passes.target import host_target, runs_here
+
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--repeat", type=int, default=7, help="timings per kernel (median kept)")
     ap.add_argument("--min-repeat-ms", type=float, default=20.0, help="least duration of one timing")
-    ap.add_argument("--quick", action="store_true", help="a small subset (about 50 kernels)")
+    ap.add_argument("--quick", action="store_true", help=quick)
     ap.add_argument("--target", default=None, help="LLVM target whose code runs here (default: the host)")
-    ap.add_argument("--out", default="bench/results/channel_blocks.json")
+    ap.add_argument("--out", default=out)
     ap.add_argument("--refit", default=None, metavar="FILE.json",
                     help="no measuring: fit and print the measurements of an earlier run again")
     args = ap.parse_args(argv)
     if args.refit:
         old = json.loads(Path(args.refit).read_text())
-        for r in old["rows"]:
-            inst = conv(r["cin"], r["cout"], r["hw"], 1 if r["kind"] == "conv1x1" else 3, r["stride"], r["groups"])
-            r["model_efficiency"] = lane_efficiency(inst.op, inst.attrs, inst.input_types, old["lanes"])
+        if refresh is not None:
+            refresh(old)
         return report(old["target"], old["lanes"], old["rows"], dict(old["args"], refit=args.refit, out=args.out),
                       old["machine"])
-
-    from relay_eqsat.passes.target import host_target, runs_here
-
     target = args.target or host_target()
     if not runs_here(target):
         print(f"{target}: its code does not run on this CPU", file=sys.stderr)
         return 2
     lanes = simd_lanes(target)
-    items = sweep(args.quick)
+    return report(target, lanes, measure(args, target, lanes), vars(args), tables.machine_info())
+
+
+def main(argv=None) -> int:
+    def refresh(old):
+        for r in old["rows"]:
+            inst = conv(r["cin"], r["cout"], r["hw"], 1 if r["kind"] == "conv1x1" else 3, r["stride"], r["groups"])
+            r["model_efficiency"] = lane_efficiency(inst.op, inst.attrs, inst.input_types, old["lanes"])
+
+    def measure(args, target, lanes):
+        def row_of(labels, inst):
+            blocks = channel_blocks(inst.op, inst.attrs, inst.input_types, lanes) or (None, None)
+            return dict(labels, ic_bn=blocks[0], oc_bn=blocks[1],
+                        model_efficiency=lane_efficiency(inst.op, inst.attrs, inst.input_types, lanes))
+
+        return time_sweep(sweep(args.quick), target, lanes, args, row_of,
+                          lambda r: f"{r['kind']} {r['cin']}->{r['cout']}@{r['hw']}")
+
+    return run_sweep(argv, __doc__.split("\n\n")[0], "bench/results/channel_blocks.json",
+                     "a small subset (about 50 kernels)", measure, report, refresh)
+
+
+def time_sweep(items, target: str, lanes: int, args, row_of, label) -> list[dict]:
+    """Each (labels, instance) of ``items`` timed (``time_kernel``) into a row: ``row_of(labels,
+    instance)`` with its FLOPs, lanes and seconds (None and an error where it failed to build);
+    ``label(row)`` names it in the progress lines."""
     print(f"target {target}: {lanes} fp32 lanes; {len(items)} kernels", flush=True)
     rows = []
     for k, (labels, inst) in enumerate(items):
-        blocks = channel_blocks(inst.op, inst.attrs, inst.input_types, lanes) or (None, None)
-        flops = ops.flops(inst.op, inst.attrs, inst.input_types, inst.out_type)
-        row = dict(labels, flops=flops, lanes=lanes, ic_bn=blocks[0], oc_bn=blocks[1], seconds=None,
-                   model_efficiency=lane_efficiency(inst.op, inst.attrs, inst.input_types, lanes))
+        row = dict(row_of(labels, inst), flops=ops.flops(inst.op, inst.attrs, inst.input_types, inst.out_type),
+                   lanes=lanes, seconds=None)
         try:
             row.update(time_kernel(inst, target, args.repeat, args.min_repeat_ms))
         except Exception as e:  # noqa: BLE001 - a failed build is a row of the table
             row["error"] = tables.error_text(e)
         rows.append(row)
-        print(f"[{k + 1}/{len(items)}] {labels['kind']} {labels['cin']}->{labels['cout']}@{labels['hw']}: "
-              f"{tables.ms(row['seconds'])} ms", flush=True)
-    return report(target, lanes, rows, vars(args), tables.machine_info())
+        print(f"[{k + 1}/{len(items)}] {label(row)}: {tables.ms(row['seconds'])} ms", flush=True)
+    return rows
 
 
 def report(target: str, lanes: int, rows: list[dict], args: dict, machine: dict) -> int:

@@ -24,8 +24,6 @@ is fitted beside it for comparison.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -36,11 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import tables  # noqa: E402
-from channel_blocks import time_kernel  # noqa: E402
+from channel_blocks import run_sweep, time_sweep  # noqa: E402
 
-from relay_eqsat import ops  # noqa: E402
 from relay_eqsat.cost.instance import OpInstance  # noqa: E402
-from relay_eqsat.cost.simd import accumulators, register_efficiency, schedule_efficiency, simd_lanes  # noqa: E402
+from relay_eqsat.cost.simd import accumulators, register_efficiency, schedule_efficiency  # noqa: E402
 from relay_eqsat.graph import TensorType  # noqa: E402
 
 #: (channels, output height, output widths) of the 3x3 sweep: every width is its own width block
@@ -105,41 +102,14 @@ def fit(rows: list[dict], budgets=range(8, 21)) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeat", type=int, default=7, help="timings per kernel (median kept)")
-    ap.add_argument("--min-repeat-ms", type=float, default=20.0, help="least duration of one timing")
-    ap.add_argument("--quick", action="store_true", help="a small subset (12 kernels)")
-    ap.add_argument("--target", default=None, help="LLVM target whose code runs here (default: the host)")
-    ap.add_argument("--out", default="bench/results/register_tiles.json")
-    ap.add_argument("--refit", default=None, metavar="FILE.json",
-                    help="no measuring: fit and print the measurements of an earlier run again")
-    args = ap.parse_args(argv)
-    if args.refit:
-        old = json.loads(Path(args.refit).read_text())
-        return report(old["target"], old["lanes"], old["rows"], dict(old["args"], refit=args.refit, out=args.out),
-                      old["machine"])
+    def measure(args, target, lanes):
+        return time_sweep(sweep(args.quick), target, lanes, args,
+                          lambda labels, inst: dict(labels, acc=accumulators(inst.op, inst.attrs, inst.input_types,
+                                                                              inst.out_type, lanes)),
+                          lambda r: f"{r['kind']} {r['channels']}ch {r['h']}x{r['w']} acc {r['acc']}")
 
-    from relay_eqsat.passes.target import host_target, runs_here
-
-    target = args.target or host_target()
-    if not runs_here(target):
-        print(f"{target}: its code does not run on this CPU", file=sys.stderr)
-        return 2
-    lanes = simd_lanes(target)
-    items = sweep(args.quick)
-    print(f"target {target}: {lanes} fp32 lanes; {len(items)} kernels", flush=True)
-    rows = []
-    for k, (labels, inst) in enumerate(items):
-        row = dict(labels, flops=ops.flops(inst.op, inst.attrs, inst.input_types, inst.out_type), lanes=lanes,
-                   acc=accumulators(inst.op, inst.attrs, inst.input_types, inst.out_type, lanes), seconds=None)
-        try:
-            row.update(time_kernel(inst, target, args.repeat, args.min_repeat_ms))
-        except Exception as e:  # noqa: BLE001 - a failed build is a row of the table
-            row["error"] = tables.error_text(e)
-        rows.append(row)
-        print(f"[{k + 1}/{len(items)}] {labels['kind']} {labels['channels']}ch {labels['h']}x{labels['w']} "
-              f"acc {row['acc']}: {tables.ms(row['seconds'])} ms", flush=True)
-    return report(target, lanes, rows, vars(args), tables.machine_info())
+    return run_sweep(argv, __doc__.split("\n\n")[0], "bench/results/register_tiles.json", "a small subset (12 kernels)",
+                     measure, report)
 
 
 def report(target: str, lanes: int, rows: list[dict], args: dict, machine: dict) -> int:

@@ -120,11 +120,48 @@ def test_pass_splits_spilling_convolutions_for_avx2_with_same_numbers():
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(ref).max())))
 
 
+def test_left_out_for_avx512_and_gpus():
+    """AVX-512's 32 registers hold every tile the rules split: they are not searched there (nor on
+    GPUs); every other CPU target keeps them, the host (None) too."""
+    from relay_eqsat.rules import rules_for_target
+
+    names = set(RULES)
+    for target, kept in ((ZNVER1, True), ("llvm -mtriple=x86_64-linux-gnu -mcpu=haswell", True), (None, True),
+                         ("llvm -mtriple=x86_64-linux-gnu -mcpu=sandybridge", True), (ZNVER4, False),
+                         ("llvm -mtriple=x86_64-linux-gnu -mcpu=sapphirerapids", False),
+                         ("llvm -mtriple=x86_64-linux-gnu -mcpu=znver4 -mattr=-avx512f", True), ("cuda", False)):
+        rules, avoided = rules_for_target(list(RULES.values()), target)
+        assert {r.name for r in rules} == (names if kept else set()), target
+        assert set(avoided) == (set() if kept else names), target
+
+
 @pytest.mark.tvm
-def test_pass_leaves_them_whole_for_avx512():
+def test_pass_leaves_them_out_for_avx512():
     pytest.importorskip("tvm")
     from relay_eqsat.passes.simplify_copies import op_calls
 
     out, report = _optimize(_block(28, 28, c=32), ZNVER4)
-    assert report["rules_fired"].get("conv-split-width", 0) >= 1  # offered,
-    assert op_calls(out).get("nn.conv2d") == 2                     # not taken
+    assert "conv-split-width" in report["info"]["rules_avoided"] and not report["rules_fired"].get("conv-split-width")
+    assert op_calls(out).get("nn.conv2d") == 2
+
+
+def test_sweep_fit_recovers_a_step(monkeypatch):
+    """bench/register_tiles.py's fit: kernels timed 0.6x slower above 14 accumulators (two groups,
+    noise-free) give back the budget 14 and the factor 0.6, and the power law fits worse."""
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    sys.modules.pop("register_tiles", None)
+    import register_tiles
+
+    rows = []
+    for kind, speed in (("conv3x3", 30e9), ("conv1x1", 25e9)):
+        for acc in (4, 7, 8, 12, 14, 15, 16, 20, 24, 28):
+            flops = 1e8 * acc
+            rows.append(dict(kind=kind, channels=64, acc=acc, flops=flops, v4_efficiency=1.0,
+                             seconds=flops / (speed * (0.6 if acc > 14 else 1.0))))
+    f = register_tiles.fit(rows)
+    assert f["budget"] == 14 and f["spill"] == pytest.approx(0.6)
+    assert f["sse"] == pytest.approx(0.0, abs=1e-12) and f["power_law"]["sse"] > 0.01
+    assert f["speed_gflops"]["conv3x3/64"] == pytest.approx(30.0)

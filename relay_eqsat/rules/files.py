@@ -144,8 +144,9 @@ def _build_rule(name: str, clauses: list, where: str) -> Rule:
     return Rule(name, lhs, rhs, lets, conds, examples, kinds, source, lhs_text, avoid=tuple(avoid), approx=approx)
 
 
-#: the device kinds an ``avoid`` clause names
-DEVICE_KINDS = ("cpu", "gpu")
+#: the device kinds an ``avoid`` clause names: ``avx512`` is a CPU whose TVM code uses AVX-512
+#: (16 fp32 lanes, 32 vector registers; ``relay_eqsat.cost.simd.simd_lanes``)
+DEVICE_KINDS = ("cpu", "gpu", "avx512")
 _GPU_TARGET_KINDS = ("cuda", "rocm", "vulkan", "opencl", "metal", "nvptx", "webgpu")
 
 
@@ -165,9 +166,15 @@ def rules_for_target(rules: Iterable[Rule], target, fast_math: bool = True) -> t
     """(the rules usable for ``target``, the names of those left out: the ones its device kind
     avoids, and without ``fast_math`` the approximate ones)."""
     device = device_kind(target) if target is not None else "cpu"  # None: the host CPU
+    kinds = {device}
+    if device == "cpu" and target is not None:
+        from ..cost.simd import simd_lanes  # no TVM: the target string's -mcpu/-mattr
+
+        if simd_lanes(str(target)) == 16:
+            kinds.add("avx512")
     kept, avoided = [], []
     for r in rules:
-        if device in r.avoid or (r.approx and not fast_math):
+        if kinds & set(r.avoid) or (r.approx and not fast_math):
             avoided.append(r.name)
         else:
             kept.append(r)
