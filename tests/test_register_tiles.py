@@ -58,6 +58,7 @@ def _applied(rule, g) -> int:
     (14, 14, 1, 1, True),    # 1x1: 2 x 14 = 28
     (14, 7, 1, 1, False),    # 1x1: 2 x 7 = 14
     (28, 7, 1, 1, False),    # 1x1: block 7, no narrower split (the height rule's)
+    (8, 8, 1, 1, False),     # 1x1: a tile of 16, but pieces under 7 columns
 ])
 def test_width_split_matches_spilling_tiles_only(h, w, k, stride, splits):
     g = _conv_graph(h if stride == 1 else 2 * h, w if stride == 1 else 2 * w, k, stride=stride)
@@ -67,9 +68,10 @@ def test_width_split_matches_spilling_tiles_only(h, w, k, stride, splits):
 @pytest.mark.parametrize("h,w,k,splits", [
     (28, 7, 1, True),    # 4 x 7 = 28 -> 14 x 7 each
     (14, 14, 1, True),   # block 14 x 2 rows = 28 (the width rule applies too)
-    (56, 7, 1, False),   # taller than 28: left alone
+    (56, 7, 1, False),   # halves of 28 rows: the same 4 x 7 tile
     (28, 7, 3, False),   # 3x3: its tile does not depend on the rows
     (13, 7, 1, False),   # 1 x 7
+    (8, 8, 1, False),    # 2 x 8 = 16, its halves' the same: left whole
 ])
 def test_height_split_matches_1x1_tiles_only(h, w, k, splits):
     g = _conv_graph(h, w, k)

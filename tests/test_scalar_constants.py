@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from relay_eqsat import ops
+from relay_eqsat.cost import CostModel
 from relay_eqsat.egraph import EGraph
 from relay_eqsat.graph import TensorGraph, TensorType
 from relay_eqsat.rule_check import verify_rule
@@ -27,6 +28,19 @@ from relay_eqsat.rules import Matcher, apply_matches, load_rules, parse_rules
 RULE = next(r for r in load_rules() if r.name == "power-cube")
 TRUST = dict(check_runtime="off", calibrate="off", min_gain=0.0, search="tensat", final_extractor="greedy-ocf",
              node_limit=2000)
+
+
+class LibmPower(CostModel):
+    """The host's default cost model, with ``power`` priced as TVM's x86 code runs it: one libm
+    ``powf`` call per value (~20 ns; the shipped models have no measured ``power`` and price it
+    near two multiplies, a known limitation in the README), so that the test does not depend on
+    which way an extrapolation tips."""
+
+    def op_cost(self, op, attrs, input_types, out_type, *args, **kwargs):
+        cost = super().op_cost(op, attrs, input_types, out_type, *args, **kwargs)
+        if op == "power" and isinstance(out_type, TensorType):
+            cost += 20e-9 * out_type.size
+        return cost
 
 
 def test_a_scalar_constant_carries_its_value():
@@ -130,7 +144,7 @@ def test_pass_writes_the_cube_as_multiplies_with_the_same_numbers():
     from relay_eqsat.passes.simplify_copies import op_calls
 
     mod = _gelu_tanh()
-    p = EqSatPass(**TRUST, fast_math=False)
+    p = EqSatPass(**TRUST, fast_math=False, cost=LibmPower())
     out = p(mod)
     report = p.last_report
     assert report["changed"], report.get("reason")

@@ -192,6 +192,8 @@ SHIPPED = [r for f in shipped_rule_files() for r in load_rules(f)]
 LARGE_SIZES = {"conv-pad-out-channels", "conv-pad-in-channels", "depthwise-conv-channel-slice",
                "depthwise-conv-pad-channels", "dense-pad-rows", "batch-matmul-pad-rows",
                "batch-matmul-pad-columns", "conv-widen-output",
+               # a convolution tile above 14 columns (widths of 15 and more)
+               "conv-split-width", "conv1x1-split-height",
                # a precondition pinning a reshape's newshape to its input's own dimensions split in two
                # (ShuffleNet's shuffle), which a random factorization almost never is
                "channel-shuffle-interleave"}
