@@ -233,19 +233,16 @@ def accumulators(op: str, attrs: Attrs, input_types: Sequence[Type], out_type: T
     dense (groups 1) fp32 convolution: one per output column of the width block ``reg_n``
     (kernels larger than 1x1, :func:`width_block`) or of the ``oh x ow`` tile
     (``conv2d_avx_1x1._fallback_schedule``: ``ow`` the largest divisor of the output width
-    below 32, then ``oh`` the largest divisor of the output height with ``oh * ow < 32``),
-    times the output-channel block's vectors; None for anything else (or ``lanes`` None)."""
-    if not lanes or conv_kind(op, attrs, input_types) != "conv" or not isinstance(out_type, TensorType):
+    below 32, then ``oh`` the largest divisor of the output height with ``oh * ow < 32``); the
+    output-channel block is at most the lanes, one register wide. None for anything else (or
+    ``lanes`` None)."""
+    if not lanes:
         return None
-    w = input_types[1]
-    blocks = channel_blocks(op, attrs, input_types, lanes)
-    vectors = -(-blocks[1] // lanes) if blocks else 1
-    if w.shape[2] == 1 and w.shape[3] == 1:
-        h, wd = out_type.shape[2], out_type.shape[3]
-        ow = _largest_divisor(wd, 31)
-        oh = next((d for d in range(h, 0, -1) if h % d == 0 and d * ow < 32), 1)
-        return oh * ow * vectors
-    return _largest_divisor(out_type.shape[3], 31) * vectors
+    block = width_block(op, attrs, input_types, out_type)
+    if block is not None or conv_kind(op, attrs, input_types) != "conv" or not isinstance(out_type, TensorType):
+        return block
+    h, ow = out_type.shape[2], _largest_divisor(out_type.shape[3], 31)
+    return ow * next(d for d in range(h, 0, -1) if h % d == 0 and d * ow < 32)
 
 
 #: a tile of more accumulators than ``vector_registers - REGISTER_SPARE`` spills in the innermost loop and
