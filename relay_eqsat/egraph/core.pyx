@@ -893,7 +893,7 @@ cdef class EGraph:
 
     def apply_matches_planned(self, list matches, dict plans, object make_plan, int nroots, tuple cls_pos,
                               tuple other_pos, tuple rhs_pos, object cycle, Py_ssize_t node_limit=-1,
-                              Py_ssize_t cache_size=500000):
+                              Py_ssize_t cache_size=500000, set used=None):
         """Apply a rule at each flat match; returns (fired, filtered).
 
         A match is a tuple ``(root_0, ..., root_{nroots-1}, *vars)`` (for a
@@ -911,7 +911,10 @@ cdef class EGraph:
         does not type-check: skipped) or False (its outputs' types differ from
         the roots' classes: skipped and counted in ``type_mismatches``).
         Stops at ``node_limit`` nodes (-1: none). ``fired`` counts
-        applications that changed the e-graph.
+        applications that changed the e-graph. ``used`` (a set, or None):
+        non-overlapping application -- a match is skipped (not counted) when
+        one of its roots is in ``used``, and an application that changed the
+        e-graph adds its roots to it.
         """
         cdef Py_ssize_t fired = 0, filtered = 0, i, j, r, ncls = len(cls_pos), nout = len(rhs_pos)
         cdef Py_ssize_t noth = len(other_pos), nd, nkey = noth + 2 * ncls, npos, nm = len(matches), mi
@@ -937,6 +940,14 @@ cdef class EGraph:
             m = matches[mi]
             if node_limit >= 0 and self.n_alive >= node_limit:
                 break
+            if used is not None:
+                bad = False
+                for i in range(nroots):
+                    if m[i] in used:
+                        bad = True
+                        break
+                if bad:
+                    continue
             if dmap is not None or use_call:
                 bad = False
                 for i in range(nout):
@@ -996,6 +1007,9 @@ cdef class EGraph:
                 roots[i] = m[i]
             if self._apply_compiled(<CompiledPlan> plan, roots, dist, <int32_t> nd):
                 fired += 1
+                if used is not None:
+                    for i in range(nroots):
+                        used.add(m[i])
         return fired, filtered
 
     cdef bint _apply_compiled(self, CompiledPlan cp, const int32_t* roots, const int32_t* classes,

@@ -68,7 +68,8 @@ def application_plan(rule: Rule, raw: dict, type_of, const_of):
     return tuple(steps), tuple(outs)
 
 
-def apply_matches(egraph, rule: Rule, envs: list[dict], cycle_check=None, node_limit: int | None = None) -> int:
+def apply_matches(egraph, rule: Rule, envs: list[dict], cycle_check=None, node_limit: int | None = None,
+                  disjoint: bool = False) -> int:
     """Apply ``rule`` at each raw environment (from ``Matcher.matches``).
 
     ``cycle_check(var_class, root_class) -> bool`` says whether ``root_class``
@@ -76,6 +77,9 @@ def apply_matches(egraph, rule: Rule, envs: list[dict], cycle_check=None, node_l
     any output's variables, TENSAT's WILLCREATECYCLE); None disables it.
     Stops when the e-graph reaches ``node_limit`` nodes. Returns the number
     of applications that changed the e-graph (new nodes or merges).
+    ``disjoint``: apply non-overlapping matches only -- a match sharing a root
+    class with an earlier application that changed the e-graph is skipped (a
+    later call applies it, once the earlier ones are in: ``Runner.step``).
     Call ``egraph.rebuild()`` afterwards.
     """
     type_of = egraph.class_type
@@ -86,10 +90,13 @@ def apply_matches(egraph, rule: Rule, envs: list[dict], cycle_check=None, node_l
     class_names, other_names = rule.class_names, rule.other_names
     n = len(rule.lhs)
     fired = 0
+    used = set() if disjoint else None
     for raw in envs:
         if node_limit is not None and egraph.num_nodes >= node_limit:
             break
         roots = [raw[("root", i)] for i in range(n)]
+        if used is not None and not used.isdisjoint(roots):
+            continue
         if cycle_check is not None:
             bad = False
             for i in range(n):
@@ -120,11 +127,14 @@ def apply_matches(egraph, rule: Rule, envs: list[dict], cycle_check=None, node_l
             continue
         if apply_plan(plan[0], plan[1], roots):
             fired += 1
+            if used is not None:
+                used.update(roots)
     return fired
 
 
 def apply_search_matches(egraph, rule: Rule, matches: Sequence[list[tuple]] | None, cycle=None,
-                         node_limit: int | None = None, joined: list[tuple] | None = None) -> tuple[int, int]:
+                         node_limit: int | None = None, joined: list[tuple] | None = None,
+                         disjoint: bool = False) -> tuple[int, int]:
     """:func:`apply_matches` straight from ``EGraph.search`` tuples, one list per
     source pattern (its canonical program's matches): returns (fired, filtered).
 
@@ -171,4 +181,5 @@ def apply_search_matches(egraph, rule: Rule, matches: Sequence[list[tuple]] | No
             return consts[h - PLACEHOLDER] if h >= PLACEHOLDER else class_const(h)
         return application_plan(rule, raw, type_of, const_of)
     return egraph.apply_matches_planned(flat, rule.flat_plans, make_plan, k, cls_pos, other_pos, rhs_pos, cycle,
-                                        -1 if node_limit is None else node_limit, _PLAN_CACHE_SIZE)
+                                        -1 if node_limit is None else node_limit, _PLAN_CACHE_SIZE,
+                                        set() if disjoint else None)

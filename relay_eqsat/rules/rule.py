@@ -18,6 +18,10 @@ from .language import ExprContext, RuleSyntaxError
 from .patterns import Template, canonical_pattern, template_vars
 
 
+def _operator_nodes(t: Template) -> int:
+    return 0 if t.kind == "var" else 1 + sum(_operator_nodes(c) for c in t.children)
+
+
 @dataclass
 class Rule:
     """A named rewrite rule with one or more source/target pairs."""
@@ -55,6 +59,8 @@ class Rule:
         self.class_names = tuple(sorted({n for _, cls_order, _ in self.canon for n in cls_order}))
         self.other_names = tuple(sorted({n for _, _, attr_order in self.canon for n in attr_order}))
         self.plans: dict = {}
+        #: at most this many e-nodes one application adds (the right sides' and lets' operator nodes)
+        self.new_nodes = sum(_operator_nodes(t) for t in (*self.rhs, *(t for _, t in self.lets)))
         self.flat_plans: dict = {}  # plans keyed on flat matches (apply_search_matches)
         # flat matches (``application.apply_search_matches``): (roots..., values of ``flat_names``)
         self.flat_names = tuple(sorted({n for _, c, a in self.canon for n in (*c, *a)}))

@@ -106,7 +106,7 @@ class Runner:
                         stop = chosen
                 if stop is not None:
                     break
-                step = self.step(egraph, matcher, chosen, rep)
+                step = self.step(egraph, matcher, chosen, rep, scheduler.disjoint)
                 iteration += 1
                 rep.iterations = iteration
                 rep.sizes.append((egraph.num_classes, egraph.num_nodes))
@@ -124,10 +124,21 @@ class Runner:
         rep.total_time = time.perf_counter() - self.start
         return rep
 
-    def step(self, egraph, matcher: Matcher, rules: Sequence[Rule], stats: SearchReport) -> Step:
+    def step(self, egraph, matcher: Matcher, rules: Sequence[Rule], stats: SearchReport,
+             disjoint: bool = False) -> Step:
         """One rewrite step with ``rules`` (one iteration of the e-graph's
         ``iteration`` counter): search each canonical pattern once, apply every
         match (cycle pre-filter, node limit), rebuild, resolve remaining cycles.
+
+        ``disjoint``: a multi-pattern rule whose matches would not all fit
+        under the node limit (matches times its right side's nodes above the
+        room left) applies only matches that overlap no earlier application of
+        it in this step (no root class shared; see ``apply_matches``); the next
+        step applies the next such set. Every pairing of the parallel operators
+        on one input is a match of a merge rule (NasRNN's gates: 308 of
+        ``dense-merge``), and applying them all fills a small node limit with
+        alternatives of which a program can use one; applied disjointly, the
+        merges of merges fit (``Scheduler.disjoint``).
 
         The limits are checked before each rule; times, ``blacklisted`` and
         ``filtered`` are added to ``stats``.
@@ -175,6 +186,7 @@ class Runner:
                     envs = envs[:limits.match_limit]
             if not envs:
                 continue
+            overlap = disjoint and r.multi and len(envs) * r.new_nodes > limits.node_limit - egraph.num_nodes
             if limits.cycle_filter == "efficient" and dmap is None:
                 tf = time.perf_counter()
                 dmap = egraph.descendants_map()
@@ -187,10 +199,11 @@ class Runner:
             if flat:
                 cycle = dmap if limits.cycle_filter == "efficient" else (
                     egraph.reachable if limits.cycle_filter == "vanilla" else None)
-                n, filtered = apply_search_matches(egraph, r, None, cycle, limits.node_limit, joined=envs)
+                n, filtered = apply_search_matches(egraph, r, None, cycle, limits.node_limit, joined=envs,
+                                                   disjoint=overlap)
                 counter[0] += filtered
             else:
-                n = apply_matches(egraph, r, envs, check, limits.node_limit)
+                n = apply_matches(egraph, r, envs, check, limits.node_limit, overlap)
             fired[r.name] = fired.get(r.name, 0) + n
             changed = changed or n > 0
         stats.apply_time += time.perf_counter() - ta

@@ -19,12 +19,15 @@ class Scheduler:
     """Hooks a ``Runner`` calls (subclasses: ``TensatScheduler``, ``MCTSScheduler``).
 
     ``iteration_limited``: whether ``Limits.iter_limit`` bounds the run's
-    iterations. ``matcher_cache`` (optional, shared between schedulers): rule
-    list identities -> compiled ``Matcher``.
+    iterations. ``disjoint``: whether the runner's steps apply a multi-pattern
+    rule's matches non-overlapping (``Runner.step``; TENSAT: no, every match).
+    ``matcher_cache`` (optional, shared between schedulers): rule list
+    identities -> compiled ``Matcher``.
     """
 
     name = "scheduler"
     iteration_limited = True
+    disjoint = False
 
     def __init__(self, matcher_cache: dict | None = None):
         self._matchers: dict = matcher_cache if matcher_cache is not None else {}
