@@ -145,3 +145,16 @@ def test_mcts_defaults_to_disjoint_actions():
     assert MCTSOptions().disjoint is True
     assert MCTSScheduler().disjoint is True
     assert TensatScheduler().disjoint is False
+
+
+def test_rollouts_apply_every_match_the_tree_without_overlap():
+    """A rollout only scores a state: its steps apply every match (a merge that fills the limit ends it
+    cheaply); the tree's actions, which the real e-graph repeats, apply without overlap."""
+    from relay_eqsat.search.mcts import EGraphEnvironment
+
+    eg = fresh()
+    env = EGraphEnvironment([DENSE_MERGE], 0, kernel_cost, Limits(node_limit=eg.num_nodes + 30), disjoint=True)
+    tree, rollout = eg.copy(), eg.copy()
+    assert env.apply(tree, 0) and env.rollout_apply(rollout, 0)
+    assert tree.num_nodes == eg.num_nodes + 10  # two merges, five e-nodes each
+    assert rollout.num_nodes >= eg.num_nodes + 30  # pairings up to the limit
