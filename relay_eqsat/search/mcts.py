@@ -136,6 +136,7 @@ class MCTS:
 
     def __init__(self, env: Environment, options: MCTSOptions | None = None):
         self.env = env
+        self._rollout_apply = getattr(env, "rollout_apply", env.apply)  # a rollout's steps (see ``_apply``)
         self.opt = options or MCTSOptions()
         self.rng = random.Random(self.opt.seed)
         self.iterations = 0
@@ -197,8 +198,7 @@ class MCTS:
         merge rule's pairings fill the node limit at once and end the rollout, where applied without
         overlap they went on for ten steps of extraction on large e-graphs: BERT 16 -> 43 s, and the
         pass's 10,000-e-node searches ran out of time before their first action on NasRNN)."""
-        apply = getattr(self.env, "rollout_apply", self.env.apply) if rollout else self.env.apply
-        changed = apply(state, action)
+        changed = (self._rollout_apply if rollout else self.env.apply)(state, action)
         self.tried[action] += 1
         self.changed[action] += changed
         return changed
@@ -422,11 +422,15 @@ class MCTSScheduler(Scheduler):
     name = "mcts"
     iteration_limited = False
 
+    @property
+    def disjoint(self) -> bool:
+        """The real e-graph's steps as the tree's (``MCTSOptions.disjoint``)."""
+        return self.options.disjoint
+
     def __init__(self, options: MCTSOptions | None = None, extractor=None, root: int | None = None,
                  matcher_cache: dict | None = None):
         super().__init__(matcher_cache)
         self.options = options or MCTSOptions()
-        self.disjoint = self.options.disjoint  # the real e-graph's steps as the tree's
         self.extractor = extractor
         self.root = root
         self._search: _Search | None = None
