@@ -1196,6 +1196,20 @@ def test_nearest_cpu_same_lanes_then_same_vendor():
     assert nearest.vendor(X86 + "znver3") == "amd" and nearest.vendor(X86 + "icelake-server") == "intel"
 
 
+def test_nearest_cpu_then_same_vector_unit_width():
+    """Among AVX2 models, Zen 1's (256-bit instructions on 128-bit units) serves its own kind; a Zen 2
+    or an Intel AVX2 core, with full-width units, gets Zen 3's whichever order they come in."""
+    from relay_eqsat.cost import nearest
+
+    for shipped in ([X86 + "znver1", X86 + "znver3", X86 + "znver4"], [X86 + "znver3", X86 + "znver1"]):
+        assert nearest.rank(X86 + "znver2", shipped) == [X86 + "znver3", X86 + "znver1"]
+        assert nearest.rank(X86 + "haswell", shipped) == [X86 + "znver3", X86 + "znver1"]
+        assert nearest.rank(X86 + "bdver4", shipped) == [X86 + "znver1", X86 + "znver3"]
+        assert nearest.rank(X86 + "core-avx2", shipped, host="amd")[0] == X86 + "znver3"
+    assert nearest.half_width(X86 + "znver1") and nearest.half_width(X86 + "btver2")
+    assert not nearest.half_width(X86 + "znver2") and not nearest.half_width(None)
+
+
 def _fake_model(path, target):
     meta = dict(target=target, backend="tvm-llvm", shipped=True)
     path.write_text(json.dumps({"learner": {"attributes": {"relay_eqsat": json.dumps(meta)}}}))
