@@ -122,7 +122,7 @@ class TVMRunner:
         cfg = self.config
         m, lib, inputs, dev = self._load(inst)
         seconds, repeats = time_module(m, dev, cfg.repeat, cfg.number, cfg.min_repeat_ms, cfg.warmup)
-        layout = layout_transform_seconds(lib, dev, inputs, cfg.repeat, cfg.min_repeat_ms)
+        layout = layout_transform_seconds(lib, dev, inputs, cfg.repeat, cfg.min_repeat_ms, whole=seconds)
         return max(seconds - layout, seconds * 0.05), repeats
 
     def _load(self, inst: OpInstance):
@@ -147,8 +147,10 @@ class TVMRunner:
         negative: timing noise)."""
         cfg = self.config
         loaded = [self._load(inst), self._load(group_anchor(inst))]
-        layout = [layout_transform_seconds(lib, dev, inputs, cfg.repeat, cfg.min_repeat_ms)
-                  for _, lib, inputs, dev in loaded]
+        layout = [layout_transform_seconds(lib, dev, inputs, cfg.repeat, cfg.min_repeat_ms,
+                                           whole=time_module(m, dev, cfg.repeat, cfg.number, cfg.min_repeat_ms,
+                                                             cfg.warmup)[0])
+                  for m, lib, inputs, dev in loaded]
         return self._paired(*loaded, less=layout)
 
     def _paired(self, first, second, per_first: int = 1, less=(0.0, 0.0)) -> tuple[float, int]:

@@ -114,6 +114,11 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=180.0, help="seconds per op before the worker is killed")
     p.add_argument("--retry-failed", action="store_true", help="measure again ops that failed before")
     p.add_argument("--limit", type=int, default=None, help="measure at most this many new ops")
+    p.add_argument("--remeasure", default="", metavar="OPS",
+                   help="first measure again every row of the database for the target whose op is one of "
+                        "OPS (comma-separated), e.g. nn.conv2d: measured before 2026-11-29, a convolution "
+                        "came out about two debug-executor kernel starts (1.2 us on a Zen 1) low, one under "
+                        "2 us at 5%% of its time")
     p.add_argument("--no-train", action="store_true", help="measure only")
     p.add_argument("--fit-fusion", action="store_true",
                    help="time each model whole and fit the fusion weights to those runtimes")
@@ -247,7 +252,13 @@ def run(args: argparse.Namespace) -> int:
     if args.limit is not None:
         fresh = [i for i in instances if cache.get(i, measurer.target, measurer.backend) is None]
         instances = [i for i in instances if i not in set(fresh[args.limit:])]
+    redo = sorted({o.strip() for o in args.remeasure.split(",") if o.strip()})
+    again = [r.instance for r in cache.rows(measurer.target, measurer.backend) if r.instance.op in redo]
     with measurer:
+        if redo:
+            redone = measurer.measure_many(again, skip_cached=False, retry_failed=True, desc="measure again")
+            print(f"measured again: {len(again)} rows of {', '.join(redo)}, "
+                  f"{sum(1 for r in redone if not r.ok)} failed (their earlier rows kept)")
         results = measurer.measure_many(instances, retry_failed=args.retry_failed)
         new = [r for r in results if not r.cached]
         failed = [r for r in results if not r.ok]

@@ -832,6 +832,68 @@ def test_stream_probe_measured_with_tvm(capsys):
     assert args.func(args) == 0 and "weight-stream probes" not in capsys.readouterr().out
 
 
+@pytest.mark.tvm
+def test_small_convolution_measured_less_its_layout_transforms():
+    """A convolution is timed less the layout transforms AlterOpLayout wraps around it, each less
+    the debug executor's own per-kernel cost: a 16-channel 1x1 convolution on 4x4 (about a third
+    of its one-kernel module's time; the transforms timed by the debug executor alone exceeded the
+    whole module and left the 5% floor) comes out between a tenth of the module's time and all of
+    it."""
+    pytest.importorskip("tvm")
+    from relay_eqsat import ops
+    from relay_eqsat.cost.instance import OpInstance
+    from relay_eqsat.passes.kernels import TVMRunner
+    from relay_eqsat.passes.runtime import time_module
+
+    ins = (TensorType((1, 16, 4, 4), "float32"), TensorType((16, 16, 1, 1), "float32"))
+    attrs = ops.normalize_attrs("nn.conv2d", {"channels": 16, "kernel_size": (1, 1)}, list(ins))
+    inst = OpInstance("nn.conv2d", attrs, ins, TensorType((1, 16, 4, 4), "float32"))
+    runner = TVMRunner(TARGET, MeasureConfig(repeat=5, min_repeat_ms=5))
+    m, _, _, dev = runner._load(inst)
+    whole = time_module(m, dev, 5, 0, 5)[0]
+    seconds, timings = runner(inst)
+    assert timings == 5 and 0.1 * whole < seconds <= 1.2 * whole
+
+
+@pytest.mark.tvm
+def test_cli_measure_remeasure(capsys):
+    """--remeasure OPS measures the database's rows of those ops again (a stale convolution row
+    replaced by a real time), leaves other ops' rows alone, and says how many it did."""
+    pytest.importorskip("tvm")
+    from relay_eqsat import ops
+    from relay_eqsat.cost.instance import OpInstance
+    from relay_eqsat.passes import measure_cli as cli
+
+    ins = (TensorType((1, 16, 4, 4), "float32"), TensorType((16, 16, 1, 1), "float32"))
+    conv = OpInstance("nn.conv2d", ops.normalize_attrs("nn.conv2d", {"channels": 16, "kernel_size": (1, 1)},
+                                                       list(ins)), ins, TensorType((1, 16, 4, 4), "float32"))
+    relu = OpInstance("nn.relu", Attrs(), (TensorType((1, 64), "float32"),), TensorType((1, 64), "float32"))
+    cache = CostCache()
+    cache.put(conv, TARGET, "tvm-llvm", 1e-12, 1)
+    cache.put(relu, TARGET, "tvm-llvm", 7e-9, 1)
+    parser = argparse.ArgumentParser(prog="relay-eqsat")
+    cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["measure", "--target", TARGET, "--models", "", "--remeasure", "nn.conv2d, nn.dense",
+                              "--no-streams", "--no-train", "--repeat", "2", "--min-repeat-ms", "1"])
+    assert args.func(args) == 0
+    assert "measured again: 1 rows of nn.conv2d, nn.dense, 0 failed" in capsys.readouterr().out
+    assert 1e-8 < cache.get(conv, TARGET, "tvm-llvm").seconds < 1e-3
+    assert cache.get(relu, TARGET, "tvm-llvm").seconds == 7e-9
+
+
+def test_debug_overhead():
+    """The debug executor's per-kernel cost: the kernels' sum beyond the whole run, per kernel,
+    within [0, the smallest kernel]; inputs and parameters (no time) are not kernels."""
+    from relay_eqsat.passes.runtime import debug_overhead
+
+    k = {"op": "tvm_op"}
+    times = [({"op": "null"}, None), (k, 0.8e-6), (k, 1.0e-6), (k, 0.8e-6)]
+    assert debug_overhead(times, 0.7e-6) == pytest.approx(0.6333e-6, rel=1e-3)
+    assert debug_overhead(times, 3e-6) == 0.0  # the whole run slower: nothing to take off
+    assert debug_overhead([(k, 1e-3), (k, 2e-6)], 0.0) == 2e-6  # at most the smallest kernel
+    assert debug_overhead([({"op": "null"}, None)], 1e-6) == 0.0
+
+
 def test_cli_measure_sweep_without_models(tmp_path, capsys):
     """--sweep N measures N kernels of the generic sweep (here with no model at all); a negative
     size is a clear error."""
