@@ -242,28 +242,25 @@ def _is_layout_transform(node: dict) -> bool:
 
 
 def layout_transform_seconds(lib, dev, inputs: Mapping[str, np.ndarray], repeat: int = 7,
-                             min_repeat_ms: float = 20.0, whole: float | None = None) -> float:
+                             min_repeat_ms: float = 20.0, overhead: float | Callable[[], float] = 0.0) -> float:
     """Seconds a run of the built ``lib`` spends in its ``layout_transform`` kernels, from the
     debug executor's per-node medians (:func:`node_times`: ``repeat`` timings, each at least a
-    quarter of ``min_repeat_ms``); 0 when it has none.
-
-    The debug executor times each kernel with a cost of its own on top (on a Zen 1, a one-conv
-    module whose three kernels sum to 2.6 µs there runs in 0.72 µs): given ``whole``, the graph
-    executor's seconds for a run of the same ``lib``, that cost per kernel (:func:`debug_overhead`)
-    comes off each layout transform. Without it a small convolution, less its layout transforms,
-    came out at nothing (the measurer's floor: 5% of its time)."""
+    quarter of ``min_repeat_ms``), each less ``overhead`` (a figure, or a function giving it, called
+    only where there are layout transforms): the debug executor's own cost per kernel timed
+    (:func:`debug_overhead`). 0 when it has none."""
     if not any(_is_layout_transform(n) for n in json.loads(lib.get_graph_json())["nodes"]):
         return 0.0
+    over = overhead() if callable(overhead) else overhead
     times = node_times(lib, dev, inputs, 10, repeat, max(1, int(round(min_repeat_ms / 4))))
-    over = debug_overhead(times, whole) if whole is not None else 0.0
     return sum(max(0.0, t - over) for n, t in times if _is_layout_transform(n) and t is not None)
 
 
 def debug_overhead(times: Sequence[tuple[dict, float | None]], whole: float) -> float:
     """Seconds the debug executor's timing adds to each kernel: its kernels' medians (``times``,
     from :func:`node_times`) summed beyond ``whole`` (the graph executor's seconds for a run of the
-    same program), per kernel; never below 0 nor above the smallest kernel's median (timing noise
-    on a program of large kernels)."""
+    same program), per kernel; never below 0 nor above the smallest kernel's median. Meaningful on
+    a program of tiny kernels only: on large ones the two executors' timings of the same kernel
+    differ by more than this cost (a 100-ms convolution by 10-40% on a Zen 1)."""
     kernels = [t for n, t in times if n.get("op") == "tvm_op" and t is not None]
     if not kernels:
         return 0.0
