@@ -117,8 +117,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--remeasure", default="", metavar="OPS",
                    help="first measure again every row of the database for the target whose op is one of "
                         "OPS (comma-separated), e.g. nn.conv2d: measured before 2026-11-29, a convolution "
-                        "came out about two debug-executor kernel starts (1.2 us on a Zen 1) low, one under "
-                        "2 us at 5%% of its time")
+                        "came out 1-2 us low (the debug executor's own cost per kernel, left in the layout "
+                        "transforms taken off it), one under 2 us at 5%% of its time")
     p.add_argument("--no-train", action="store_true", help="measure only")
     p.add_argument("--fit-fusion", action="store_true",
                    help="time each model whole and fit the fusion weights to those runtimes")
