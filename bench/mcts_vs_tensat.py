@@ -66,7 +66,8 @@ def report_row(rep) -> dict:
             "search_time": rep.search_time, "extract_time": rep.extract_time, "total_time": rep.total_time,
             "stop_reason": rep.stop_reason, "iterations": rep.iterations, "egraph_nodes": rep.egraph_nodes,
             "extract_status": rep.extract_status, "optimal": rep.optimal, "rules_distinct": distinct,
-            "rule_applications": applications, "rules_fired": {k: v for k, v in rep.rules_fired.items() if v}}
+            "rule_applications": applications, "rules_fired": {k: v for k, v in rep.rules_fired.items() if v},
+            "rules_in_result": dict(rep.rules_in_result)}
 
 
 def run_tensat(graph, cost, args, node_limit: int | None = None) -> dict:

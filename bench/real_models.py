@@ -67,6 +67,7 @@ import runtime_stats
 import tables
 import zoo_models
 from export_venv import ensure_export_venv, export_model, export_versions, run_ort
+from relay_eqsat.optimize import rules_in_words
 
 BENCH_DIR = Path(__file__).resolve().parent
 MODELS_DIR = BENCH_DIR / "models"
@@ -268,6 +269,7 @@ def run_pass(variant: str, bound, without: Sequence[str] = ()) -> tuple[Any, dic
     distinct, total = tables.rules_used(fired)
     info = {"opt_time": took(), "report_changed": report.get("changed"), "predicted_speedup":
             report.get("predicted_speedup"), "reason": report.get("reason"), "rules_fired": fired,
+            "rules_in_result": dict(report.get("rules_in_result") or {}),
             "rules_distinct": distinct, "rule_applications": total, "stop_reason": report.get("stop_reason"),
             "measured_speedup": report.get("measured_speedup"), "runtime_wins": report.get("runtime_wins"),
             "warnings": [str(w.message)[:300] for w in caught]}
@@ -462,6 +464,9 @@ def notes(rows: Sequence[Mapping]) -> list[str]:
             where = f"{row_label(row)} {variant}"
             if rec.get("reason"):
                 lines.append(f"{where}: {rec['reason']}")
+            if rec.get("rules_in_result"):  # the returned program's, or the rejected candidate's
+                lines.append(f"{where}: {'program' if rec.get('report_changed') else 'candidate'} from "
+                             f"{rules_in_words(rec['rules_in_result'], 8)}")
             if "calibration" in rec:
                 lines.append(f"{where}: calibration: {calibration_text(rec['calibration'])}")
             if rec.get("options_missing"):

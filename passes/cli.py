@@ -199,6 +199,11 @@ def format_table(result: dict) -> str:
         f"rules fired:       {sum(fired.values())} applications of {len(fired)} rules"
         + (f": {top}{more}" if fired else ""),
     ]
+    used = rep.get("rules_in_result") or {}
+    if used:  # the optimized program's nodes by the rule that added them (the candidate's if rejected)
+        from relay_eqsat.optimize import rules_in_words
+        lines.append(f"{'result from:' if rep.get('changed') else 'candidate from:':<19}"
+                     f"{sum(used.values())} nodes added by {len(used)} rules: {rules_in_words(used, 8)}")
     if m:
         if not rep.get("changed"):
             lines.append("measured:          the input program was kept, so it was built and measured once")

@@ -32,7 +32,7 @@ from tvm import relay
 
 from relay_eqsat.cost.base import FOREIGN_ERROR
 from relay_eqsat.graph import TensorGraph, TensorType
-from relay_eqsat.optimize import optimize_graph, resolve_cost, resolve_rules
+from relay_eqsat.optimize import optimize_graph, resolve_cost, resolve_rules, rules_in_words
 from relay_eqsat.options import DEFAULTS, OPTIMIZER_OPTIONS, OPTIONS, set_hook, validate
 from relay_eqsat.user_warnings import warn
 
@@ -75,8 +75,8 @@ RUNTIME_SETTINGS = f"{RUNTIME_MARGIN}/{RUNTIME_REPEAT}/{RUNTIME_MIN_WINS}/{RUNTI
 #: function attribute of an optimized ``main`` holding the report's summary (JSON)
 REPORT_ATTR = "relay_eqsat.report"
 
-_SUMMARY_KEYS = ("search", "stop_reason", "iterations", "rules_fired", "egraph_nodes", "cost_before",
-                 "cost_after", "predicted_speedup", "extractor", "extract_status", "optimal",
+_SUMMARY_KEYS = ("search", "stop_reason", "iterations", "rules_fired", "rules_in_result", "egraph_nodes",
+                 "cost_before", "cost_after", "predicted_speedup", "extractor", "extract_status", "optimal",
                  "search_time", "extract_time", "total_time", "runtime_before", "runtime_after",
                  "measured_speedup")
 
@@ -436,10 +436,12 @@ def bind_params(mod: tvm.IRModule, params: Mapping[str, Any]) -> tvm.IRModule:
 
 
 def format_summary(report: Mapping[str, Any]) -> str:
-    """One line for the log: what changed, why the search stopped, costs, times, rules fired."""
+    """One line for the log: what changed, why the search stopped, costs, times, rules fired and
+    the rules the returned program (or the rejected candidate) came from."""
     fired = report.get("rules_fired") or {}
     top = sorted(((k, v) for k, v in fired.items() if v), key=lambda kv: -kv[1])
     rules = ", ".join(f"{k}x{v}" for k, v in top[:5]) + (f", +{len(top) - 5} more" if len(top) > 5 else "")
+    used = rules_in_words(report.get("rules_in_result") or {}, 5)
     before, after = report.get("cost_before", 0.0), report.get("cost_after", 0.0)
     return (f"{'changed' if report.get('changed') else 'unchanged'} ({report.get('reason', '')}); "
             f"search {report.get('search', '?')} stopped: {report.get('stop_reason', '?')}, "
@@ -448,7 +450,8 @@ def format_summary(report: Mapping[str, Any]) -> str:
             + (f"measured {report['runtime_before'] * 1e3:.3f} ms -> {report['runtime_after'] * 1e3:.3f} ms; "
                if "runtime_after" in report else "")
             + f"{report.get('seconds', report.get('total_time', 0.0)):.2f} s; "
-            f"{sum(fired.values())} rule applications [{rules}]")
+            f"{sum(fired.values())} rule applications [{rules}]"
+            + (f"; {'result' if report.get('changed') else 'candidate'} from [{used}]" if used else ""))
 
 
 @tvm.transform.module_pass(opt_level=0, name="EqSatPass")

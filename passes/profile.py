@@ -183,6 +183,8 @@ def optimized(mod, params: dict | None, target: str) -> tuple[Any, None, str]:
     defaults for ``target`` (what a user's pipeline runs), and one line on what it did."""
     from tvm import relay
 
+    from relay_eqsat.optimize import rules_in_words
+
     from .eqsat_pass import bind_params
 
     mod = relay.transform.InferType()(mod)
@@ -190,11 +192,10 @@ def optimized(mod, params: dict | None, target: str) -> tuple[Any, None, str]:
     p = make_pass(target)
     out = p(mod)
     rep = p.last_report or {}
-    rules = ", ".join(f"{name} x{n}" for name, n in sorted((rep.get("rules_fired") or {}).items(),
-                                                          key=lambda kv: -kv[1]))
+    rules = rules_in_words(rep.get("rules_in_result") or {})
     text = (f"{'rewritten' if rep.get('changed') else 'kept its input'} ({rep.get('reason', '?')}); "
             f"predicted {rep.get('predicted_speedup', 1.0):.3f}x"
-            + (f"; rules: {rules}" if rules and rep.get("changed") else ""))
+            + (f"; the program's rewrites: {rules}" if rules and rep.get("changed") else ""))
     return out, None, text
 
 

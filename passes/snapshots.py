@@ -32,8 +32,8 @@ FORMAT = 1
 #: fields that fail the test when they differ (``cost_after`` too, beyond the cost tolerance)
 COMPARED = ("target", "changed", "fingerprint", "rules_fired", "egraph_nodes", "stop_reason")
 #: fields shown with a failure when they differ, never failing alone
-CONTEXT = ("model", "cost_before", "ops_after", "iterations", "extractor", "optimal", "options",
-           "relay_eqsat_version")
+CONTEXT = ("model", "cost_before", "ops_after", "rules_in_result", "iterations", "extractor", "optimal",
+           "options", "relay_eqsat_version")
 #: extractors whose result depends on a solver's time limit when it is not proven optimal
 EXACT_EXTRACTORS = ("ilp-topo", "ilp-acyc", "maxsat")
 UPDATE_HINT = "run pytest with --eqsat-update-snapshots to accept this run's result"
@@ -94,6 +94,7 @@ def make(report: Mapping[str, Any], module: tvm.IRModule, target: str, options: 
         "cost_before": float(report.get("cost_before", 0.0)),
         "cost_after": float(report.get("cost_after", 0.0)),
         "rules_fired": {k: int(v) for k, v in sorted((report.get("rules_fired") or {}).items()) if v},
+        "rules_in_result": {k: int(v) for k, v in sorted((report.get("rules_in_result") or {}).items())},
         "egraph_nodes": int(report.get("egraph_nodes", 0)),
         "stop_reason": str(report.get("stop_reason", "")),
         "iterations": int(report.get("iterations", 0)),

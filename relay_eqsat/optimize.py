@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field, fields, make_dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from . import rules as rules_mod
 from .cost import CostModel, make_cost_model
@@ -70,6 +70,9 @@ class OptimizeReport:
     stop_reason: str = ""
     iterations: int = 0
     rules_fired: dict[str, int] = field(default_factory=dict)
+    #: per rule, how many of the returned program's nodes its applications added (a node two rules
+    #: would add counts for the first); empty when the input is returned
+    rules_in_result: dict[str, int] = field(default_factory=dict)
     egraph_nodes: int = 0
     egraph_classes: int = 0
     blacklisted: int = 0
@@ -103,7 +106,7 @@ class OptimizeReport:
                 f"{self.stop_reason} after {self.iterations} steps, e-graph {self.egraph_nodes} nodes; "
                 f"cost {self.cost_before * 1e3:.3f} ms -> {self.cost_after * 1e3:.3f} ms "
                 f"({self.speedup:.3f}x predicted) by {self.extractor} [{self.extract_status}]; "
-                f"{self.total_time:.2f}s; rules {fired}")
+                f"{self.total_time:.2f}s; rules {fired}; in the result {self.rules_in_result}")
 
 
 def rule_file(rules: str | os.PathLike) -> tuple[Any, bool]:
@@ -170,6 +173,25 @@ def check_equivalent_interface(before: TensorGraph, after: TensorGraph) -> None:
 #: measure-and-re-extract rounds of a calibration (each round measures the kernels the new candidate
 #: adds, then extracts again with their measured times)
 CALIBRATION_ROUNDS = 3
+
+
+def rules_in_program(egraph, enodes: Iterable[int]) -> dict[str, int]:
+    """Per rule, how many of the e-nodes ``enodes`` (a program extracted from ``egraph``) its
+    applications added (``EGraph.node_origin``), most first; the input's nodes count for none."""
+    counts: dict[str, int] = {}
+    for n in enodes:
+        rule = egraph.node_origin(n)
+        if rule is not None:
+            counts[rule] = counts.get(rule, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def rules_in_words(used: Mapping[str, int], top: int | None = None) -> str:
+    """``OptimizeReport.rules_in_result`` as text, most nodes first: ``"dense-merge (2 nodes), ..."``."""
+    items = sorted(((k, v) for k, v in used.items() if v), key=lambda kv: (-kv[1], kv[0]))
+    shown = items if top is None else items[:top]
+    text = ", ".join(f"{k} ({v} node{'s' if v != 1 else ''})" for k, v in shown)
+    return text + (f", +{len(items) - len(shown)} more" if len(items) > len(shown) else "")
 
 
 def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, Any] | None = None,
@@ -261,6 +283,7 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     rep.info["extraction_cost"] = solution.cost
 
     check_equivalent_interface(graph, out)
+    rep.rules_in_result = rules_in_program(egraph, solution.info.get("enodes", ()))
     rep.cost_after = cost_model.graph_cost(out)
     rep.nodes_after = len(out)
     rep.ops_after = out.op_counts()
@@ -287,5 +310,6 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
         rep.reason = "no cheaper program under the cost model; input kept"
     rep.cost_after = rep.cost_before
     rep.nodes_after, rep.ops_after = rep.nodes_before, rep.ops_before
+    rep.rules_in_result = {}
     log.info("relay-eqsat: %s", rep.summary())
     return graph, rep

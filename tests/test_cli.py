@@ -47,7 +47,7 @@ def test_optimize_zoo_model(tmp_path, capsys, no_host_data):
     text = capsys.readouterr().out
     assert status == 0, text
     for needle in ("predicted cost", "measured runtime (median)", "optimization time:", "stopped: saturated",
-                   "rules fired:", "output check:", ": OK"):
+                   "rules fired:", "result from:", "output check:", ": OK"):
         assert needle in text
     result = json.loads(out_json.read_text())
     m = result["measured"]

@@ -224,6 +224,7 @@ def test_optimize_rules_file_in_the_working_directory(onnx_file, tmp_path, monke
                  "-o", str(report)]) == 0
     fired = json.loads(report.read_text())["report"]["rules_fired"]
     assert set(fired) == {"conv-merge"} and fired["conv-merge"] > 0
+    assert set(json.loads(report.read_text())["report"]["rules_in_result"]) <= {"conv-merge"}
 
 
 # -- warnings at the user's call site -----------------------------------------------------------

@@ -139,6 +139,32 @@ def test_iteration_order_and_counts():
     assert eg.nodes() == [0, 1]
 
 
+def test_node_origin_names_what_added_it_and_survives_copy():
+    from relay_eqsat.egraph import origin_id, origin_name
+
+    eg = EGraph()
+    a = var(eg, "a")
+    eg.origin = origin_id("some-rule")
+    r = eg.add("nn.relu", {}, [a])
+    again = eg.add("nn.relu", {}, [a])  # already there: still the first adder's
+    eg.origin = origin_id("other-rule")
+    e = eg.add("exp", {}, [a])
+    eg.origin = -1
+    t = eg.add("tanh", {}, [a])
+    (na,), (nr,), (ne,), (nt,) = (eg.class_nodes(c) for c in (a, r, e, t))
+    assert eg.find(again) == eg.find(r)
+    assert [eg.node_origin(n) for n in (na, nr, ne, nt)] == [None, "some-rule", "other-rule", None]
+    assert origin_name(origin_id("some-rule")) == "some-rule" and origin_name(-1) is None
+    cp = eg.copy()
+    assert [cp.node_origin(n) for n in (na, nr, ne, nt)] == [None, "some-rule", "other-rule", None]
+    assert cp.origin == -1
+    for k in range(600):  # growing the node arrays keeps the origins
+        cp.add("nn.relu", {}, [var(cp, f"v{k}")])
+    assert cp.node_origin(nr) == "some-rule" and cp.node_origin(ne) == "other-rule"
+    with pytest.raises(IndexError):
+        eg.node_origin(10_000)
+
+
 def test_ematching_with_variables_and_attributes():
     eg = EGraph()
     x = var(eg, "x", (1, 2, 5, 5))

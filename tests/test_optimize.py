@@ -86,6 +86,32 @@ def test_nothing_cheaper_keeps_the_input(search):
     assert_same_program(g, out)
 
 
+def test_report_names_the_rules_the_result_came_from():
+    from relay_eqsat.rules import load_rules
+
+    g = parallel_dense()
+    opts = {**OPTIONS, "search": "tensat", "final_extractor": "ilp-acyc"}
+    merge_only = [r for r in load_rules() if r.name == "dense-merge"]
+    out, rep = optimize_graph(g, opts, rules=merge_only, **TRUST)
+    # the weights' concatenation, the merged dense, its split and the split's two items are new;
+    # the relus and the add are the input's nodes on the split's items (the same e-classes)
+    assert rep.changed and rep.rules_in_result == {"dense-merge": 5}
+    new = {op: n - g.op_counts().get(op, 0) for op, n in out.op_counts().items()}
+    assert {op: n for op, n in new.items() if n > 0} == {"concatenate": 1, "split": 1, "tuple_get_item": 2}
+    assert "dense-merge" in rep.summary() and rep.to_dict()["rules_in_result"] == {"dense-merge": 5}
+    assert_same_program(g, out)
+
+    # all rules: what the result used is a subset of what fired, the merge among it
+    out, rep = optimize_graph(g, {**opts, "search": "mcts"}, **TRUST)
+    assert rep.changed and rep.rules_in_result.get("dense-merge", 0) >= 2
+    assert set(rep.rules_in_result) <= {k for k, v in rep.rules_fired.items() if v}
+    assert sum(rep.rules_in_result.values()) <= len(out)
+
+    # the input kept: nothing in the result came from a rule, though rules fired
+    _, kept = optimize_graph(g, opts, **{**TRUST, "min_gain": 10.0})
+    assert not kept.changed and kept.rules_in_result == {} and kept.rules_fired["dense-merge"] > 0
+
+
 def test_a_required_gain_keeps_a_cheaper_program_out():
     g = parallel_dense()
     opts = {**OPTIONS, "search": "tensat", "final_extractor": "ilp-acyc"}

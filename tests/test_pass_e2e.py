@@ -69,6 +69,10 @@ def test_every_small_zoo_model_builds_and_agrees(name):
         # cheaper, or the input in the frontend's form where TVM would copy the input's work
         assert attached["cost_after"] < attached["cost_before"] or report.get("simplify_copies")
         assert attached["rules_fired"] == report["rules_fired"]
+        # the rules the returned program came from (none when it is the input in the frontend's form)
+        assert attached["rules_in_result"] == report["rules_in_result"]
+        assert report["rules_in_result"] or report.get("simplify_copies") or report.get("scale_guards")
+        assert set(report["rules_in_result"]) <= {k for k, v in report["rules_fired"].items() if v}
     inputs = zoo_inputs(name)
     ref = run(build(mod, params=params, opt_level=REFERENCE_OPT_LEVEL), inputs)
     got = run(build(out, opt_level=3), inputs)

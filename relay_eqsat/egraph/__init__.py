@@ -19,6 +19,8 @@ from .core import (
     join_flat,
     op_id,
     op_name,
+    origin_id,
+    origin_name,
     signature_id,
     signature_of,
     type_id,
@@ -29,6 +31,7 @@ from .core import (
 
 __all__ = [
     "EGraph", "EGraphArrays", "Program", "DescendantsMap", "op_id", "op_name", "attrs_id", "attrs_of",
+    "origin_id", "origin_name",
     "type_id", "type_of", "value_id", "value_of", "infer_type_id", "infer_type_memo", "signature_id", "signature_of",
     "join_flat",
 ]

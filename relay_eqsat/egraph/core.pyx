@@ -6,7 +6,8 @@ Storage (all int32 C arrays, grown by doubling, copied with ``memcpy``):
 * e-nodes ``0..nn-1`` in insertion order (the node id *is* the insertion
   order): op id, attrs id, children (a slice of one flat child array, kept
   canonical by rebuild), its signature id (op, attrs and child types), the
-  class the node was added to, the scheduler iteration that added it, flags
+  class the node was added to, the scheduler iteration that added it, the
+  rule whose application added it (its origin, ``origin``), flags
   (alive, blacklisted, all-inputs-constant) and the next node of its class
   (each class is a linked list of its nodes).
 * e-classes ``0..nc-1``: union-find parent, node-list head/tail, analysis data
@@ -58,6 +59,8 @@ _VALUES = []
 _VALUE_IDS = {}
 _SIGNATURES = []    # signature id -> (op id, attrs id, child type ids, type id)
 _SIGNATURE_IDS = {}  # (op id, attrs id, child type ids) -> signature id, or the ShapeError it raised
+_ORIGINS = []       # origin id -> the name of what added nodes (a rule's name)
+_ORIGIN_IDS = {}
 
 
 cpdef int op_id(str name):
@@ -72,6 +75,21 @@ cpdef int op_id(str name):
 
 def op_name(int i):
     return _OP_NAMES[i]
+
+
+cpdef int origin_id(str name):
+    """The interned id of an origin name (what ``EGraph.origin`` is set to before adding nodes)."""
+    cdef object i = _ORIGIN_IDS.get(name)
+    if i is None:
+        i = len(_ORIGINS)
+        _ORIGINS.append(name)
+        _ORIGIN_IDS[name] = i
+    return i
+
+
+def origin_name(int i):
+    """The origin name of id ``i``; None for -1 (the input graph)."""
+    return None if i < 0 else _ORIGINS[i]
 
 
 cpdef int attrs_id(object attrs):
@@ -258,6 +276,7 @@ cdef class EGraph:
     cdef int32_t* n_nch
     cdef int32_t* n_class
     cdef int32_t* n_iter
+    cdef int32_t* n_origin   # origin id of what added the node (-1: the input graph)
     cdef int32_t* n_next
     cdef int32_t* n_stamp
     cdef uint8_t* n_flags
@@ -295,6 +314,7 @@ cdef class EGraph:
     cdef int32_t stamp
     cdef Py_ssize_t n_alive, n_canon, n_black
     cdef public int iteration
+    cdef public int origin   # origin id stamped on the nodes added from now on (``origin_id``)
     cdef public dict constants
     cdef public dict opaque
     cdef public Py_ssize_t type_mismatches
@@ -302,6 +322,7 @@ cdef class EGraph:
     def __cinit__(self, *args, **kwargs):
         self.n_op = self.n_attrs = self.n_cstart = self.n_nch = NULL
         self.n_class = self.n_iter = self.n_next = self.n_stamp = NULL
+        self.n_origin = NULL
         self.n_flags = NULL
         self.n_sig = NULL
         self.ch = NULL
@@ -326,13 +347,14 @@ cdef class EGraph:
         self.stamp = 0
         self.n_alive = self.n_canon = self.n_black = 0
         self.iteration = 0
+        self.origin = -1
         self.constants = {}
         self.opaque = {}
         self.type_mismatches = 0
 
     def __dealloc__(self):
         free(self.n_op); free(self.n_attrs); free(self.n_cstart); free(self.n_nch)
-        free(self.n_class); free(self.n_iter); free(self.n_next); free(self.n_stamp)
+        free(self.n_class); free(self.n_iter); free(self.n_next); free(self.n_stamp); free(self.n_origin)
         free(self.n_flags); free(self.n_sig); free(self.ch)
         free(self.uf); free(self.c_head); free(self.c_tail); free(self.c_type)
         free(self.c_phead); free(self.c_ptail); free(self.c_stamp); free(self.c_flags)
@@ -517,6 +539,7 @@ cdef class EGraph:
             self.n_nch = _grow32(self.n_nch, ncap)
             self.n_class = _grow32(self.n_class, ncap)
             self.n_iter = _grow32(self.n_iter, ncap)
+            self.n_origin = _grow32(self.n_origin, ncap)
             self.n_next = _grow32(self.n_next, ncap)
             self.n_stamp = _grow32(self.n_stamp, ncap)
             self.n_flags = _grow8(self.n_flags, ncap)
@@ -557,6 +580,7 @@ cdef class EGraph:
         g.n_nch = _dup32(self.n_nch, self.nn, self.ncap)
         g.n_class = _dup32(self.n_class, self.nn, self.ncap)
         g.n_iter = _dup32(self.n_iter, self.nn, self.ncap)
+        g.n_origin = _dup32(self.n_origin, self.nn, self.ncap)
         g.n_next = _dup32(self.n_next, self.nn, self.ncap)
         g.n_stamp = <int32_t*> malloc(self.ncap * sizeof(int32_t))
         if g.n_stamp == NULL:
@@ -607,6 +631,7 @@ cdef class EGraph:
         g.stamp = 0
         g.n_alive = self.n_alive; g.n_canon = self.n_canon; g.n_black = self.n_black
         g.iteration = self.iteration
+        g.origin = self.origin
         g.constants = dict(self.constants)
         g.opaque = dict(self.opaque)
         g.type_mismatches = self.type_mismatches
@@ -763,6 +788,7 @@ cdef class EGraph:
         self.nch += m
         self.n_class[n] = cls
         self.n_iter[n] = self.iteration
+        self.n_origin[n] = self.origin
         self.n_next[n] = -1
         self.n_flags[n] = N_ALIVE
         self.n_sig[n] = sig
@@ -1259,6 +1285,12 @@ cdef class EGraph:
         """The scheduler iteration during which node ``n`` was added (0: the input graph)."""
         self._check_node(n)
         return self.n_iter[n]
+
+    def node_origin(self, int n):
+        """The name of what added node ``n`` (the rule whose application added it first; None:
+        the input graph)."""
+        self._check_node(n)
+        return origin_name(self.n_origin[n])
 
     def node_alive(self, int n):
         self._check_node(n)

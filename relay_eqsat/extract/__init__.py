@@ -113,15 +113,16 @@ class Extractor:
         it (``CostModel.program_cost``: the node that keeps an element-wise op from fusing). With
         it, up to ``rounds`` times, the e-nodes those graph nodes came from get that extra cost and
         the problem is solved again; the program cheapest by ``program_cost`` is returned (its
-        Solution's cost is still the per-node one)."""
+        Solution's cost is still the per-node one). The Solution's ``info["enodes"]`` lists the
+        e-graph node ids the program was built from."""
         if root is None or cost is None:
             raise ValueError("extracting from an e-graph needs its root class and a node cost")
         problem = egraph_problem(egraph, cost, [root])
         solution = self.solve(problem, None, time_limit)
-        if program_cost is None or rounds <= 0:
-            return build_graph(egraph, problem, solution.choice), solution
         origin: dict[int, list[int]] = {}
-        graph = build_graph(egraph, problem, solution.choice, origin=origin)
+        graph = _built(egraph, problem, solution, origin)
+        if program_cost is None or rounds <= 0:
+            return graph, solution
         best_cost, extra = program_cost(graph)
         best = (graph, solution)
         penalty = np.zeros(len(problem.node_cost))
@@ -137,7 +138,7 @@ class Extractor:
             penalized = replace(problem, node_cost=problem.node_cost + penalty)
             sol = self.solve(penalized, None, time_limit)
             origin = {}
-            graph = build_graph(egraph, penalized, sol.choice, origin=origin)
+            graph = _built(egraph, penalized, sol, origin)
             c, extra = program_cost(graph)
             if c < best_cost * (1 - 1e-9):
                 # per-node cost and bound of the unpenalized problem: the first solve's bound still holds;
@@ -147,6 +148,14 @@ class Extractor:
                                   solve_time=solution.solve_time + sol.solve_time)
                 best_cost, best = c, (graph, refined)
         return best
+
+
+def _built(egraph: Any, problem: ExtractionProblem, solution: Solution, origin: dict[int, list[int]]) -> TensorGraph:
+    """``build_graph`` of ``solution`` (``origin`` filled), noting in ``solution.info["enodes"]`` the
+    e-graph node ids the program was built from (what ``EGraph.node_origin`` tells the rules of)."""
+    graph = build_graph(egraph, problem, solution.choice, origin=origin)
+    solution.info["enodes"] = sorted({problem.node_key[n] for ns in origin.values() for n in ns})
+    return graph
 
 
 EXTRACTORS: dict[str, tuple[Callable[..., Solution], bool, bool]] = {

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 from .. import progress
+from ..egraph import origin_id
 from ..rules import Matcher, Rule, apply_matches, apply_search_matches, flat_join
 from .base import Limits, SearchReport, StopReason
 
@@ -196,14 +197,18 @@ class Runner:
                     counter[0] += bad
                     return bad
                 stats.filter_time += time.perf_counter() - tf
-            if flat:
-                cycle = dmap if limits.cycle_filter == "efficient" else (
-                    egraph.reachable if limits.cycle_filter == "vanilla" else None)
-                n, filtered = apply_search_matches(egraph, r, None, cycle, limits.node_limit, joined=envs,
-                                                   disjoint=overlap)
-                counter[0] += filtered
-            else:
-                n = apply_matches(egraph, r, envs, check, limits.node_limit, overlap)
+            egraph.origin = origin_id(r.name)  # the nodes this application adds are the rule's
+            try:
+                if flat:
+                    cycle = dmap if limits.cycle_filter == "efficient" else (
+                        egraph.reachable if limits.cycle_filter == "vanilla" else None)
+                    n, filtered = apply_search_matches(egraph, r, None, cycle, limits.node_limit, joined=envs,
+                                                       disjoint=overlap)
+                    counter[0] += filtered
+                else:
+                    n = apply_matches(egraph, r, envs, check, limits.node_limit, overlap)
+            finally:
+                egraph.origin = -1
             fired[r.name] = fired.get(r.name, 0) + n
             changed = changed or n > 0
         stats.apply_time += time.perf_counter() - ta
