@@ -165,6 +165,10 @@ def _fmt_ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.3f} ms"
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
 def format_table(result: dict) -> str:
     """The before/after table of :func:`run_optimize`'s result."""
     rep = result["report"]
@@ -203,7 +207,10 @@ def format_table(result: dict) -> str:
     if used:  # the optimized program's nodes by the rule that added them (the candidate's if rejected)
         from relay_eqsat.optimize import rules_in_words
         lines.append(f"{'result from:' if rep.get('changed') else 'candidate from:':<19}"
-                     f"{sum(used.values())} nodes added by {len(used)} rules: {rules_in_words(used, 8)}")
+                     f"{_count(sum(used.values()), 'node')} added by {_count(len(used), 'rule')}: "
+                     f"{rules_in_words(used, 8)}")
+    elif rep.get("changed"):  # the input's nodes in relay-eqsat's form (TVM would copy the input's work)
+        lines.append("result from:       no rewrite rule: the input's own nodes")
     if m:
         if not rep.get("changed"):
             lines.append("measured:          the input program was kept, so it was built and measured once")

@@ -54,12 +54,31 @@ def test_optimize_zoo_model(tmp_path, capsys, no_host_data):
     assert m["equal"] and m["max_error"] <= 1e-4 and m["original"] > 0 and m["optimized"] > 0
     assert m["speedup"] == pytest.approx(m["original"] / m["optimized"])
     assert result["report"]["changed"] and result["options"]["node_limit"] == 3000
+    used = result["report"]["rules_in_result"]  # small NasNet-A: the input's form can be the whole gain
+    assert (f" added by {len(used)} rule" if used else "no rewrite rule: the input's own nodes") in text
     assert f"{m['speedup']:.3f}x" in text  # the table prints what was measured
     # the saved module is the optimized program: params bound, loads and computes the same
     saved = tvm.ir.load_json(module.read_text())
     assert [p.name_hint for p in saved["main"].params] == ["data"]
     assert eqsat_pass.REPORT_ATTR in saved["main"].attrs
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("changed, used, line", [
+    (True, {"dense-merge": 5, "relu-over-split": 4}, "result from:       9 nodes added by 2 rules: "
+                                                     "dense-merge (5 nodes), relu-over-split (4 nodes)"),
+    (False, {"conv-merge": 1}, "candidate from:    1 node added by 1 rule: conv-merge (1 node)"),
+    (True, {}, "result from:       no rewrite rule: the input's own nodes"),
+    (False, {}, None),
+])
+def test_table_says_which_rules_the_program_came_from(changed, used, line):
+    from relay_eqsat.passes.cli import format_table
+
+    report = {"changed": changed, "rules_in_result": used, "cost_before": 2e-3, "cost_after": 1e-3,
+              "rules_fired": {"dense-merge": 7}}
+    text = format_table({"report": report, "model": "m", "target": "llvm"})
+    lines = [x for x in text.splitlines() if "from:" in x]
+    assert lines == ([line] if line else [])
 
 
 def test_optimize_onnx_file_and_text_module(tmp_path, capsys, no_host_data):
