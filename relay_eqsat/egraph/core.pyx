@@ -63,14 +63,19 @@ _ORIGINS = []       # origin id -> the name of what added nodes (a rule's name)
 _ORIGIN_IDS = {}
 
 
+cdef inline int _intern(list table, dict ids, object key) except -1:
+    """The id of ``key`` in an append-only interning table (``table[id] == key``), added if new."""
+    cdef object i = ids.get(key)
+    if i is None:
+        i = len(table)
+        table.append(key)
+        ids[key] = i
+    return i
+
+
 cpdef int op_id(str name):
     """Interned id of an operator name."""
-    cdef object i = _OP_IDS.get(name)
-    if i is None:
-        i = len(_OP_NAMES)
-        _OP_NAMES.append(name)
-        _OP_IDS[name] = i
-    return i
+    return _intern(_OP_NAMES, _OP_IDS, name)
 
 
 def op_name(int i):
@@ -79,12 +84,7 @@ def op_name(int i):
 
 cpdef int origin_id(str name):
     """The interned id of an origin name (what ``EGraph.origin`` is set to before adding nodes)."""
-    cdef object i = _ORIGIN_IDS.get(name)
-    if i is None:
-        i = len(_ORIGINS)
-        _ORIGINS.append(name)
-        _ORIGIN_IDS[name] = i
-    return i
+    return _intern(_ORIGINS, _ORIGIN_IDS, name)
 
 
 def origin_name(int i):
@@ -96,12 +96,7 @@ cpdef int attrs_id(object attrs):
     """Interned id of an attribute set (a Mapping; normalized to ``Attrs``)."""
     if not isinstance(attrs, Attrs):
         attrs = Attrs(attrs or {})
-    cdef object i = _ATTR_IDS.get(attrs)
-    if i is None:
-        i = len(_ATTRS)
-        _ATTRS.append(attrs)
-        _ATTR_IDS[attrs] = i
-    return i
+    return _intern(_ATTRS, _ATTR_IDS, attrs)
 
 
 def attrs_of(int i):
@@ -109,12 +104,7 @@ def attrs_of(int i):
 
 
 cpdef int type_id(object t):
-    cdef object i = _TYPE_IDS.get(t)
-    if i is None:
-        i = len(_TYPES)
-        _TYPES.append(t)
-        _TYPE_IDS[t] = i
-    return i
+    return _intern(_TYPES, _TYPE_IDS, t)
 
 
 def type_of(int i):
@@ -123,12 +113,7 @@ def type_of(int i):
 
 cpdef int value_id(object v):
     """Interned id of an attribute value (any hashable, frozen value)."""
-    cdef object i = _VALUE_IDS.get(v)
-    if i is None:
-        i = len(_VALUES)
-        _VALUES.append(v)
-        _VALUE_IDS[v] = i
-    return i
+    return _intern(_VALUES, _VALUE_IDS, v)
 
 
 def value_of(int i):
