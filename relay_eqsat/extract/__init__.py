@@ -150,7 +150,8 @@ class Extractor:
         return best
 
 
-def _built(egraph: Any, problem: ExtractionProblem, solution: Solution, origin: dict[int, list[int]]) -> TensorGraph:
+def _built(egraph: Any, problem: ExtractionProblem, solution: Solution,
+           origin: dict[int, list[int]]) -> TensorGraph:
     """``build_graph`` of ``solution`` (``origin`` filled), noting in ``solution.info["enodes"]`` the
     e-graph node ids the program was built from (what ``EGraph.node_origin`` tells the rules of)."""
     graph = build_graph(egraph, problem, solution.choice, origin=origin)
