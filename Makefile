@@ -20,7 +20,9 @@ BENCH_SCRIPTS ?= egraph_throughput extraction cost_accuracy foreign_models simpl
 BENCH_ARGS ?= --small-models nasnet_a
 # Each script's own arguments after BENCH_ARGS: the README's issue-15 tables. cost_accuracy judges the
 # model with every kernel predicted (learned), whole graphs held out and single-rule pairs; real_models
-# times the real-model set and the whole zoo, TVM opt_level 3 against the pass's defaults.
+# times the real-model set and the whole zoo, TVM opt_level 3 against the pass's defaults (a model
+# whose 9 paired rounds would take over 300 s gets fewer, at least 3: BERT at opt_level 3, a minute a
+# run on a Zen 1).
 BENCH_ARGS_cost_accuracy ?= --kinds learned,auto,analytic --held-out --small-pairs --max-pairs 6 --repeat 15 \
 	--rounds 10 --min-repeat-ms 200
 # mcts_vs_tensat builds nothing with TVM: NasNet-A at its full size there, the MCTS paper's model. The
@@ -28,7 +30,7 @@ BENCH_ARGS_cost_accuracy ?= --kinds learned,auto,analytic --held-out --small-pai
 # what any schedule of the rules could reach.
 BENCH_ARGS_mcts_vs_tensat ?= --small-models '' --reference-node-limit 200000 \
 	--reference-models nasnet_a,nasrnn,resnext50,mobilenet_v2,squeezenet,bert
-BENCH_ARGS_real_models ?= --variants opt3,default \
+BENCH_ARGS_real_models ?= --variants opt3,default --time-budget 300 \
 	--zoo vit,inception_v3,squeezenet,nasnet_a,nasrnn,bert,mobilenet_v2,resnet50,resnet50_full,resnext50,vgg19
 # Where the scripts write their JSON and logs: a new folder per run (a run's tables stay together and
 # no earlier result the README cites is overwritten); set BENCH_OUT to choose one.

@@ -103,15 +103,16 @@ def same_program(a, b) -> bool:
     return bool(tvm.ir.structural_equal(to_relay(a), to_relay(b)))
 
 
-def model_pairs(name: str, small: bool, costs: dict, args) -> list[dict]:
-    """Measured and predicted (original, rewritten-by-one-rule) pairs of one model."""
+def model_pairs(name: str, small: bool, costs: dict, args, base=None) -> list[dict]:
+    """Measured and predicted (original, rewritten-by-one-rule) pairs of one model; ``base``: the
+    model already built at that size (``runtime.Built``; else built here)."""
     from relay_eqsat.passes.runtime import output_error, paired_ratio, time_rounds
     from relay_eqsat.rules import load_rules
 
     _, _, graph = zoo_models.load_model(name, small)
     graph = graph.compact()
     inputs = zoo_models.model_inputs(name, small)
-    base = build_graph_module(graph, inputs)
+    base = base if base is not None else build_graph_module(graph, inputs)
     first_kind, first = next(iter(costs.items()))
     pairs = []
     for rule in load_rules():
@@ -277,6 +278,8 @@ def main(argv=None):
     # (seen here: ResNet-50 at 103 ms in one block of timings, 75 ms in the next) hits every model
     timed = runtime_stats.time_built(built, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
                                      rounds=args.repeat) if built else {}
+    # the small builds are the pairs' originals (--small-pairs): kept, the large ones' memory freed
+    bases = {key: b for key, b in built.items() if key.endswith(":small")}
     built.clear()
     for name, small, fit_only in runs:
         key = label(name, small)
@@ -299,7 +302,7 @@ def main(argv=None):
         if not args.no_pairs and not fit_only:
             small = (small or args.small_pairs
                      or (build_time is not None and build_time > args.max_pair_build_s))
-            pairs += model_pairs(name, small, costs, args)
+            pairs += model_pairs(name, small, costs, args, bases.pop(label(name, small), None))
 
     shown = list(kinds)
     if args.held_out:

@@ -25,10 +25,14 @@ shapes given), its weights bound, and compiled by TVM for the host
 
 Programs that are structurally identical (ignoring the pass's report
 attribute) are built and timed once and share the measurement ("= opt3" in
-the table). The distinct programs of a model are timed in --rounds paired
-interleaved rounds (each timing at least --min-repeat-ms long, a program
-whose first run took 0.2 s or more timed by the wall clock, one run a timing
-with no untimed run before it; the order rotates): the median time, the
+the table); a program the pass's runtime check already built (the input, the
+pass's result) is not built again, and its build seconds are that build's. The
+distinct programs of a model are timed in --rounds paired interleaved rounds
+(each timing at least --min-repeat-ms long, a program whose first run took
+0.2 s or more timed by the wall clock, one run a timing with no untimed run
+before it; the order rotates; with --time-budget S, fewer rounds but at least
+3 where --rounds would take longer than S seconds: BERT at opt_level 3 runs a
+minute on a Zen 1, and the wins column says how many): the median time, the
 median per-round ratio to opt3 (below 1: faster) and the rounds won. Every
 program's outputs are compared with onnxruntime's on the same seeded random
 inputs (run in the export venv with the same thread count; its median time is
@@ -48,7 +52,8 @@ interrupted run keeps what finished) and real_models.png (ratio to opt3 per
 model and variant).
 
     python bench/real_models.py [--models all] [--variants all] [--zoo nasrnn,nasnet_a:small] [--threads 1]
-                                [--rounds 9] [--min-repeat-ms 200] [--quick] [--cost-db PATH] [--keep-cost-db]
+                                [--rounds 9] [--min-repeat-ms 200] [--time-budget S] [--quick] [--cost-db PATH]
+                                [--keep-cost-db]
                                 [--ignore-shipped] [--without-rules RULE,...]
 """
 from __future__ import annotations
@@ -88,6 +93,7 @@ VARIANT_OPTIONS: dict[str, dict | None] = {
 }
 VARIANTS = tuple(VARIANT_OPTIONS)
 RTOL = 1e-4
+MIN_ROUNDS = 3  # --time-budget never cuts a model's paired rounds below this
 DEFAULT_ZOO = "nasrnn,nasnet_a:small"
 
 
@@ -142,6 +148,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=None, help="paired timing rounds (default 9; --quick 3)")
     ap.add_argument("--min-repeat-ms", type=int, default=None,
                     help="each timing runs at least this long (default 200; --quick 50)")
+    ap.add_argument("--time-budget", type=float, default=0.0, metavar="S",
+                    help=f"fewer rounds (at least {MIN_ROUNDS}) for a model whose --rounds would take longer "
+                         "than S seconds (0: no limit)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 3 rounds of 50 ms")
     ap.add_argument("--cost-db", default=None, help="cost database (default: a fresh one in a temporary folder)")
     ap.add_argument("--keep-cost-db", action="store_true", help="keep the fresh cost database (path printed)")
@@ -157,8 +166,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.rounds = 3 if args.quick else 9
     if args.min_repeat_ms is None:
         args.min_repeat_ms = 50 if args.quick else 200
-    if args.threads < 1 or args.rounds < 1 or args.min_repeat_ms < 0:
-        ap.error("--threads and --rounds must be >= 1, --min-repeat-ms >= 0")
+    if args.threads < 1 or args.rounds < 1 or args.min_repeat_ms < 0 or not args.time_budget >= 0:
+        ap.error("--threads and --rounds must be >= 1, --min-repeat-ms and --time-budget >= 0")
     try:
         args.model_list = split_names(args.models, REAL_MODELS, "model", {"extra": EXTRA_MODELS})
         wanted = split_names(args.variants, VARIANTS, "variant")
@@ -323,9 +332,31 @@ def dedup(modules: Mapping[str, Any]) -> dict[str, str]:
     return same
 
 
+def timing_rounds(first_run_s: Sequence[float], wall: Sequence[bool], args) -> int:
+    """Paired rounds for programs whose first runs took ``first_run_s``: ``args.rounds``, fewer
+    (never under :data:`MIN_ROUNDS`) where that many would take longer than ``args.time_budget``
+    seconds (0: no limit). A round costs each program's run, and where ``time_evaluator`` times
+    it (not ``wall``), an untimed run plus a timing of at least ``args.min_repeat_ms``."""
+    if not args.time_budget:
+        return args.rounds
+    floor = args.min_repeat_ms / 1e3
+    per_round = sum(s if w else s + max(floor, s) for s, w in zip(first_run_s, wall))
+    fit = int(args.time_budget // per_round) if per_round > 0 else args.rounds
+    return max(min(MIN_ROUNDS, args.rounds), min(args.rounds, fit))
+
+
 def run_variants(bound, inputs: Mapping, variants: Sequence[str], args, reference: Sequence | None) -> dict:
     """Every variant of one model: pass, dedup, build each distinct program once, time them in
-    paired rounds, compare outputs. Returns ``{variant: record}``."""
+    paired rounds, compare outputs. Returns ``{variant: record}``. The programs the pass's
+    runtime check built (the input and its result) are not built again."""
+    from relay_eqsat.passes.runtime import reuse_builds
+
+    with reuse_builds() as reuse:
+        return _run_variants(bound, inputs, variants, args, reference, reuse)
+
+
+def _run_variants(bound, inputs: Mapping, variants: Sequence[str], args, reference: Sequence | None,
+                  reuse) -> dict:
     import numpy as np
 
     from relay_eqsat.passes.runtime import WALL_CLOCK_S, build_and_run, output_error, paired_ratio, time_rounds
@@ -351,7 +382,9 @@ def run_variants(bound, inputs: Mapping, variants: Sequence[str], args, referenc
         if same[name] != name:
             continue
         try:
+            hits = reuse.hits
             m, outputs, rec["build_time"], first_run_s[name] = build_and_run(modules[name], inputs)
+            rec["build_reused"] = reuse.hits > hits  # the pass's runtime check built it (build_time: that build's)
             built[name] = (m, outputs)
         except Exception as e:  # noqa: BLE001
             rec["error"] = f"build failed: {tables.error_text(e)}"
@@ -360,9 +393,10 @@ def run_variants(bound, inputs: Mapping, variants: Sequence[str], args, referenc
     order = list(built)
     # a program whose first run took WALL_CLOCK_S or more is timed by the wall clock: TVM's
     # time_evaluator would run it once untimed before every timing (BERT at opt_level 3: 20 s)
-    samples = dict(zip(order, time_rounds([built[k][0] for k in order], repeat=args.rounds,
-                                          min_repeat_ms=args.min_repeat_ms,
-                                          wall=[first_run_s[k] >= WALL_CLOCK_S for k in order])))
+    wall = [first_run_s[k] >= WALL_CLOCK_S for k in order]
+    rounds = timing_rounds([first_run_s[k] for k in order], wall, args)
+    samples = dict(zip(order, time_rounds([built[k][0] for k in order], repeat=rounds,
+                                          min_repeat_ms=args.min_repeat_ms, wall=wall)))
     base = samples[BASELINE]
     for name in modules:
         rec, first = records[name], same[name]
@@ -575,7 +609,9 @@ def main(argv=None) -> list[dict]:
                                     "cost_db": str(cost_db), "rows": rows})
         print()
         tables.print_table(HEADERS, table_rows(rows),
-                           title=f"Real models, {args.threads} thread(s): median of {args.rounds} paired rounds; "
+                           title=f"Real models, {args.threads} thread(s): median of {args.rounds} paired rounds"
+                                 + (f" (fewer where they would take over {args.time_budget:g} s: wins says how many)"
+                                    if args.time_budget else "") + "; "
                                  "ratio = median per-round time / opt3's (below 1: faster); errors relative to "
                                  f"max|ref|, pass <= {RTOL:g}")
         for line in notes(rows):

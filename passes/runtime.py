@@ -37,11 +37,13 @@ def _as_module(mod) -> tvm.IRModule:
 
 @dataclass
 class BuildReuse:
-    """The builds kept inside one :func:`reuse_builds` block: (module, factory) per key, and
-    how many builds it saved."""
+    """The builds kept inside one :func:`reuse_builds` block: (module, factory) per key, how
+    many builds it saved, and the seconds :func:`build_and_run` took to build each factory
+    (by ``id``: a reused build reports its first build's seconds)."""
 
     kept: dict = field(default_factory=dict)
     hits: int = 0
+    build_s: dict = field(default_factory=dict)
 
 
 _REUSE: list[BuildReuse] = []  # the active reuse_builds blocks, innermost last
@@ -61,6 +63,7 @@ def reuse_builds():
     finally:
         _REUSE.remove(reuse)
         reuse.kept.clear()
+        reuse.build_s.clear()
 
 
 def build(mod, params: Mapping | None = None, target: str | None = None, opt_level: int = 3,
@@ -148,7 +151,8 @@ class Built(NamedTuple):
 
     module: graph_executor.GraphModule
     outputs: list[np.ndarray]
-    build_s: float  # compiling and making the executor (this TVM's LLVM JIT runs then)
+    build_s: float  # compiling and making the executor (this TVM's LLVM JIT runs then); a build
+    # reused inside reuse_builds: the seconds its first build took
     first_run_s: float  # the program's own first run: what one timing of it costs at least
 
 
@@ -158,15 +162,25 @@ def build_and_run(mod, inputs: Mapping[str, np.ndarray], target: str | None = No
     ``inputs``. The build seconds include creating the executor: this TVM's LLVM module
     turns into machine code when the executor first looks up its kernels (11 s of
     DenseNet-121 on a Zen 1, whose runs take 0.3 s), so the first run is the program's
-    own. Progress (``what`` names the program) shows while it builds and runs."""
+    own. Inside :func:`reuse_builds` a program built before is not built again and its build
+    seconds are the first build's. Progress (``what`` names the program) shows while it builds
+    and runs."""
+    reuse = _REUSE[-1] if _REUSE else None
+    hits = reuse.hits if reuse is not None else 0
     t0 = time.perf_counter()
     with progress.ticking(f"building {what}"):
         lib = build(mod, target=target, opt_level=opt_level, sequence=sequence)
         m = executor(lib)
     t1 = time.perf_counter()
+    build_s = t1 - t0
+    if reuse is not None:
+        if reuse.hits > hits:
+            build_s = reuse.build_s.get(id(lib), build_s)
+        elif any(kept is lib for entries in reuse.kept.values() for _, kept in entries):
+            reuse.build_s[id(lib)] = build_s
     with progress.ticking(f"running {what}"):
         outputs = run(m, inputs)
-    return Built(m, outputs, t1 - t0, time.perf_counter() - t1)
+    return Built(m, outputs, build_s, time.perf_counter() - t1)
 
 
 # -- timing -------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ def test_the_transformers_models_take_token_ids_below_their_vocabulary_and_a_mas
 
 
 @pytest.mark.parametrize("argv", [["--models", "resnet18"], ["--variants", "fast"], ["--zoo", "nasrnn:huge"],
-                                  ["--zoo", "nosuchmodel"], ["--threads", "0"],
+                                  ["--zoo", "nosuchmodel"], ["--threads", "0"], ["--time-budget", "-1"],
                                   ["--without-rules", "conv-merge,no-such-rule"]])
 def test_parse_args_rejects_bad_values(argv, capsys):
     with pytest.raises(SystemExit) as e:
@@ -144,6 +144,49 @@ def test_run_variants_shares_identical_programs_and_checks_outputs(monkeypatch, 
         assert trust["build_time"] == base["build_time"]
     else:
         assert trust["changed"] and trust["same_as"] is None
+
+
+def _erf(shape=(16, 256)):
+    """erf(0.7 x): the pass's erf-fast candidate (a bound module)."""
+    import tvm
+    from tvm import relay
+
+    x = relay.var("x", shape=shape, dtype="float32")
+    return relay.transform.InferType()(tvm.IRModule.from_expr(
+        relay.Function([x], relay.erf(relay.multiply(x, relay.const(np.float32(0.7)))))))
+
+
+def test_run_variants_reuses_what_the_runtime_check_built(monkeypatch, tmp_path):
+    """The pass's runtime check built the input (and its candidate): the bench times those builds,
+    reporting the check's build seconds, and checks their outputs as any other."""
+    monkeypatch.setenv("RELAY_EQSAT_COST_DB", str(tmp_path / "costs.sqlite"))
+    monkeypatch.setitem(real_models.VARIANT_OPTIONS, "check_runtime",
+                        {"check_runtime": "on", "calibrate": "off", "min_gain": 0.0})
+    bound = _erf()
+    x = np.random.default_rng(1).standard_normal((16, 256)).astype(np.float32)
+    args = real_models.parse_args(["--rounds", "3", "--min-repeat-ms", "1", "--zoo", ""])
+    records = real_models.run_variants(bound, {"x": x}, ["opt3", "check_runtime"], args, None)
+    base, checked = records["opt3"], records["check_runtime"]
+    assert "error" not in checked, checked
+    assert base["build_reused"] and base["build_time"] > 0.01  # the check's build and its seconds
+    if checked["changed"]:
+        assert checked["build_reused"] and checked["max_err_vs_opt3"] <= 1e-3  # erf's approximation
+    else:  # measured no faster: the input kept
+        assert checked["same_as"] == "opt3" and "measured no faster" in checked["reason"]
+
+
+def test_a_time_budget_cuts_rounds_but_not_below_the_minimum():
+    args = real_models.parse_args(["--rounds", "9", "--min-repeat-ms", "200", "--zoo", ""])
+    assert real_models.timing_rounds([65.0, 1.0], [True, True], args) == 9  # no budget: every round
+    args.time_budget = 300.0
+    assert real_models.timing_rounds([65.0, 1.0], [True, True], args) == 4  # 66 s a round
+    assert real_models.timing_rounds([0.01, 0.01], [False, False], args) == 9  # 0.42 s a round
+    assert real_models.timing_rounds([0.05, 0.04], [False, False], args) == 9
+    assert real_models.timing_rounds([200.0, 150.0], [True, True], args) == real_models.MIN_ROUNDS
+    # each time_evaluator timing: an untimed run plus at least --min-repeat-ms
+    assert real_models.timing_rounds([30.0], [False], args) == 5  # 60 s a round
+    args.rounds = 2
+    assert real_models.timing_rounds([200.0, 150.0], [True, True], args) == 2  # never more than --rounds
 
 
 def _synthetic_rows():

@@ -149,6 +149,24 @@ def test_reuse_builds_builds_an_equal_module_once():
     assert build(func(2.0)) is not a  # outside a block nothing is kept
 
 
+def test_a_reused_build_reports_its_first_build_seconds():
+    from tvm import relay
+
+    from relay_eqsat.passes import runtime
+
+    x = relay.var("x", shape=(2, 3))
+    func = relay.Function([x], relay.nn.relu(x))
+    inputs = {"x": np.ones((2, 3), np.float32) * -1}
+    with runtime.reuse_builds() as reuse:
+        first = runtime.build_and_run(func, inputs)
+        again = runtime.build_and_run(func, inputs)
+        assert reuse.hits == 1 and again.build_s == first.build_s > 0  # the first build's seconds
+        assert again.module is not first.module and np.array_equal(again.outputs[0], np.zeros((2, 3)))
+        other = runtime.build_and_run(func, inputs, opt_level=2)  # built: its own seconds
+        assert reuse.hits == 1 and other.build_s != first.build_s
+    assert not reuse.build_s  # dropped with the builds
+
+
 def test_optimize_reuses_the_programs_the_runtime_check_built(tmp_path, capsys, no_host_data):
     """The pass's runtime check builds the input and the candidate; the command measures the
     same programs without building them again."""
