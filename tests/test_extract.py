@@ -338,6 +338,26 @@ def test_no_time_left_falls_back_to_greedy():
         validate_solution(p, s.choice)
 
 
+def test_an_optimum_of_the_rounded_weights_never_dearer_than_greedy():
+    """CP-SAT and MaxSAT solve integer weights (cost * 1e7 / max cost, rounded): here A rounds
+    down and B up, so the weights' optimum takes A, 4.7e-8 dearer in real costs than B + C, the
+    greedy choice. The extractors return the greedy program then (SqueezeNet's MCTS e-graph:
+    "optimal", 1.1e-6 dearer than greedy-merge's)."""
+    p = problem({"r": [(0.0, ["a"]), (0.0, ["b", "c"])], "a": [(0.300000049, [])],
+                 "b": [(0.150000051, [])], "c": [(0.149999951, [])], "x": [(1.0, [])]}, ["r", "x"])
+    weights, scale = integer_weights(np.asarray(p.node_cost))
+    assert scale == 1e7 and weights[2] < weights[3] + weights[4]  # the weights prefer A
+    merge = get_extractor("greedy-merge").extract(p)
+    assert merge.cost == pytest.approx(1.300000002, abs=1e-12)  # B + C
+    for name, options in [(n, {}) for n in EXACT] + [("ilp-acyc", {"decompose": False}),
+                                                     ("maxsat", {"decompose": False})]:
+        s = get_extractor(name, **options).extract(p, time_limit=30)
+        validate_solution(p, s.choice)
+        assert s.cost == merge.cost, (name, options, s.status)
+        if s.choice != merge.choice or not s.optimal:  # the rounded optimum was dearer: greedy's, said so
+            assert not s.optimal and "greedy-merge" in s.status, (name, options, s.status)
+
+
 @pytest.mark.parametrize("tie_break", [True, False])
 def test_time_limited_bound_is_a_lower_bound(tie_break):
     p = random_problem(11, n_classes=3000, max_nodes=4, max_children=3, back_rate=0.1)

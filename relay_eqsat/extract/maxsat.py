@@ -41,8 +41,8 @@ from typing import Iterable
 
 from .components import PartResult, split
 from .cycles import find_cycle_in_choice
-from .ilp import (DEFAULT_MAX_CYCLES, WARM, Encoding, enumeration_deadline, prepare, choice_from_values,
-                  encode_cycles, enumerate_cycles, solve_split)
+from .ilp import (DEFAULT_MAX_CYCLES, WARM, Encoding, choice_from_values, dearer_than_warm, encode_cycles,
+                  enumerate_cycles, enumeration_deadline, prepare, solve_split)
 from .problem import ExtractionProblem, Solution
 from .validate import ExtractionError, solution_cost, validate_solution
 
@@ -273,6 +273,11 @@ def maxsat(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, ti
             cost = solution_cost(problem, choice, roots)
             # the engines report the optimum's weight, which bounds every solution's from below
             bound = enc.cost_bound(lower)
+            if dearer_than_warm(cost, warm):  # optimal for the rounded weights only
+                return Solution(choice=warm.choice, cost=warm.cost, optimal=False,
+                                status=f"{WARM} (maxsat/{engine}: OPTIMAL, its best was dearer)",
+                                solve_time=solve_time, encode_time=encode_time, info=info,
+                                bound=None if bound is None else min(bound, warm.cost))
             return Solution(choice=choice, cost=cost, optimal=True, status="OPTIMAL", solve_time=solve_time,
                             encode_time=encode_time, info=info, bound=None if bound is None else min(bound, cost))
         if not enc.add_cycle(cycle):
