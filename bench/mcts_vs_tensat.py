@@ -13,7 +13,9 @@ the result only if it is cheaper than the input (never worse):
 - MCTS: budget 128 iterations per applied rule, at most 10 simulation steps,
   rollouts scored by the merge-aware greedy (--reward greedy-merge, the
   default; greedy-ocf: the paper's OCF greedy, blind to merges), ILP-ACyc
-  final extraction.
+  final extraction; it stops (stop reason "no_gain") once --patience rules
+  in a row (default 8, the option's; 0: never) were applied with no cheaper
+  program found by any rollout below them.
 
 The table gives the final cost (ms, cost model --cost), the predicted speedup
 over the input, the optimization time (search + extraction), the e-graph's
@@ -38,8 +40,8 @@ ResNeXt-50 saturate under 200,000 e-nodes with nothing cheaper than TENSAT's
 program at 2,000 (README, "MCTS against the closure of the rules").
 
     python bench/mcts_vs_tensat.py [--models all] [--small] [--node-limit 2000] [--budget 128]
-                                   [--max-sim-steps 10] [--max-k 10] [--seed 0] [--cost auto]
-                                   [--reward greedy-merge]
+                                   [--max-sim-steps 10] [--patience 8] [--max-k 10] [--seed 0]
+                                   [--cost auto] [--reward greedy-merge]
 
 The JSON records the commit and the number of rules the run used (the rule set
 and the cost model change under the scheduler: compare runs of one commit).
@@ -96,7 +98,7 @@ def run_mcts(graph, cost, args) -> dict:
     from relay_eqsat.optimize import OptimizeOptions, optimize_graph
 
     opts = OptimizeOptions(search="mcts", node_limit=args.node_limit, budget=args.budget,
-                           max_sim_steps=args.max_sim_steps, extractor=args.reward,
+                           max_sim_steps=args.max_sim_steps, patience=args.patience, extractor=args.reward,
                            final_extractor=args.final_extractor, time_limit=args.time_limit,
                            extract_time_limit=args.extract_time_limit, seed=args.seed)
     _, rep = optimize_graph(graph, opts, cost_model=cost)
@@ -164,6 +166,8 @@ def main(argv=None):
     ap.add_argument("--node-limit", type=int, default=2000)
     ap.add_argument("--budget", type=int, default=128, help="MCTS iterations per applied rule")
     ap.add_argument("--max-sim-steps", type=int, default=10)
+    ap.add_argument("--patience", type=int, default=8,
+                    help="MCTS stops after this many applied rules with no gain found below them (0: never)")
     ap.add_argument("--max-k", type=int, default=10, help="largest TENSAT k_multi tried")
     ap.add_argument("--iter-limit", type=int, default=15, help="TENSAT iterations (at least k_multi)")
     ap.add_argument("--time-limit", type=float, default=600.0, help="search seconds per run (each scheduler)")
@@ -173,6 +177,9 @@ def main(argv=None):
     ap.add_argument("--reward", default="greedy-merge",
                     help="extractor scoring MCTS rollouts (greedy-ocf: the paper's, blind to merges)")
     ap.add_argument("--cost", default="auto", help="cost model kind (auto, measured, learned, analytic)")
+    ap.add_argument("--target", default=None,
+                    help="TVM target whose costs to use (default: the host CPU's; nothing is built, so "
+                         "another CPU's shipped data works, e.g. 'llvm -mtriple=x86_64-linux-gnu -mcpu=znver1')")
     ap.add_argument("--reference-node-limit", type=int, default=0, metavar="N",
                     help="also run TENSAT under N e-nodes (e.g. 20000; k_multi raised as above, the cheapest result "
                          "of any k): what the rules can reach, to tell a model where no scheduler can beat TENSAT "
@@ -187,7 +194,7 @@ def main(argv=None):
 
     from relay_eqsat.cost import make_cost_model
 
-    cost = make_cost_model(args.cost)
+    cost = make_cost_model(args.cost, target=args.target)
     version = code_version()
     rows = []
     for name in zoo_models.model_names(args.models):
@@ -228,7 +235,8 @@ def main(argv=None):
     print()
     tables.print_table(headers, table, title=(
         f"MCTS vs TENSAT (node limit {args.node_limit}, budget {args.budget}, {args.max_sim_steps} simulation "
-        f"steps, rewards {args.reward}, final extractor {args.final_extractor}, cost model {cost.kind}; "
+        f"steps, patience {args.patience}, rewards {args.reward}, final extractor {args.final_extractor}, "
+        f"cost model {cost.kind}; "
         f"ms = predicted cost, x = predicted speedup, s = search + extraction; commit {version['commit']}"
         f"{' + changes' if version['modified'] else ''}, {version['rules']} rules)"))
     print()

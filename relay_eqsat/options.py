@@ -130,6 +130,8 @@ _OPTIONS: list[Option] = [
     Option("k_multi", int, 1, "iterations in which multi-pattern rules run (TENSAT)", low=0, low_inclusive=True),
     Option("budget", int, 128, "MCTS iterations per applied rule", low=0),
     Option("max_sim_steps", int, 10, "MCTS rollout length", low=0),
+    Option("patience", int, 8, "MCTS stops after this many applied rules in a row below which no rollout "
+           "found a cheaper program (0: never)", low=0, low_inclusive=True),
     Option("time_limit", float, 60.0, "seconds for the search", low=0),
     Option("extract_time_limit", float, 30.0, "seconds for the final extraction", low=0),
     Option("seed", int, 0, "MCTS randomness"),

@@ -37,7 +37,7 @@ BAD_VALUES = [
     ("search", "foo"), ("final_extractor", "nope"), ("extractor", "nope"), ("node_limit", -5),
     ("budget", 0), ("cost", "bogus"), ("check_runtime", "maybe"), ("rules", "/nonexistent.rules"),
     ("calibrate", 2), ("iter_limit", "many"), ("k_multi", -1), ("time_limit", float("nan")),
-    ("extract_time_limit", 0), ("max_sim_steps", 1.5), ("min_gain", -0.1), ("verify", "perhaps"),
+    ("extract_time_limit", 0), ("max_sim_steps", 1.5), ("patience", -1), ("min_gain", -0.1), ("verify", "perhaps"),
     ("cycle_filter", "sometimes"), ("seed", True), ("rules", 7), ("check_time_limit", "inf"),
 ]
 

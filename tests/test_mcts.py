@@ -47,9 +47,9 @@ def extracted(eg, root):
     return sol.cost, build_graph(eg, problem, sol.choice)
 
 
-def run_mcts(seed=0, budget=16, node_limit=10):
+def run_mcts(seed=0, budget=16, node_limit=10, patience=MCTSOptions.patience):
     eg, root = toy_egraph()
-    opts = MCTSOptions(budget=budget, seed=seed, progress=False)
+    opts = MCTSOptions(budget=budget, seed=seed, progress=False, patience=patience)
     rep = MCTSScheduler(opts, root=root).run(eg, TOY_RULES, Limits(node_limit=node_limit), size_cost)
     return eg, root, rep
 
@@ -114,7 +114,7 @@ def test_saturated_children_are_never_revisited():
 def test_budget_one_is_sequential_saturation():
     """Budget 1: no look-ahead, one rule at a time; with room to saturate it
     reaches the same program as TENSAT's saturation."""
-    eg, root, rep = run_mcts(seed=0, budget=1, node_limit=1000)
+    eg, root, rep = run_mcts(seed=0, budget=1, node_limit=1000, patience=None)
     assert rep.stop_reason == "saturated"
     assert all(h["visits"] == 1 for h in rep.info["history"])
     # one tree iteration per applied rule, plus the last one that found nothing left to change
@@ -122,6 +122,50 @@ def test_budget_one_is_sequential_saturation():
     ref, ref_root = toy_egraph()
     TensatScheduler().run(ref, TOY_RULES, Limits(node_limit=1000))
     assert extracted(eg, root)[0] == extracted(ref, ref_root)[0] == 1.0
+
+
+SUM_RULES = TOY_RULES + parse_rules('''
+rule add-comm
+  lhs (add ?x ?y)
+  rhs (add ?y ?x)
+rule add-assoc
+  lhs (add (add ?x ?y) ?z)
+  rhs (add ?x (add ?y ?z))
+''', "sum")
+
+
+def sum_egraph():
+    """(a*2)/2 + b + c + d: the toy's cancellation, then a sum whose re-orderings cost the same."""
+    g = TensorGraph()
+    a = g.var("a", (4,))
+    two = g.const(np.full(4, 2, "float32"), "two")
+    out = g.add("divide", (g.add("multiply", (a, two)), two))
+    for name in "bcd":
+        out = g.add("add", (out, g.var(name, (4,))))
+    g.set_output(out)
+    eg = EGraph()
+    return eg, eg.add_graph(g)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_stops_after_patience_rules_with_nothing_cheaper_below_them(seed):
+    """Once the cancellation is found, the sum's re-orderings go on for many rules and none pays: with
+    patience 3 the search stops three applied rules after the last one below which a rollout found a
+    gain, on the program of the run without patience, having made the same choices up to there."""
+    runs = {}
+    for patience in (None, 3):
+        eg, root = sum_egraph()
+        opts = MCTSOptions(budget=8, seed=seed, progress=False, patience=patience)
+        rep = MCTSScheduler(opts, root=root).run(eg, SUM_RULES, Limits(node_limit=300), size_cost)
+        runs[patience] = eg, root, rep
+    (full_eg, full_root, full), (eg, root, rep) = runs[None], runs[3]
+    assert full.stop_reason in ("saturated", "node_limit") and rep.stop_reason == "no_gain"
+    hist, full_hist = rep.info["history"], full.info["history"]
+    assert len(hist) < len(full_hist)
+    assert [h["best"] for h in hist[-3:]] == [0.0] * 3 and hist[-4]["best"] > 0
+    assert rep.info["applied"] == full.info["applied"][:len(hist)]
+    assert all(h["best"] == 0.0 for h in full_hist[len(hist) - 3:])  # nothing was left to find
+    assert extracted(eg, root)[0] == extracted(full_eg, full_root)[0] == 7.0  # ((a + b) + c) + d: seven nodes
 
 
 def test_mcts_result_is_numerically_equal():

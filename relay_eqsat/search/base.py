@@ -25,6 +25,7 @@ class StopReason:
     ITER_LIMIT = "iter_limit"
     TIME_LIMIT = "time_limit"
     STEP_LIMIT = "step_limit"  # MCTS: MCTSOptions.max_steps rules applied
+    NO_GAIN = "no_gain"        # MCTS: MCTSOptions.patience rules in a row with nothing cheaper found below them
 
 
 @dataclass
