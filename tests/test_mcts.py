@@ -243,3 +243,13 @@ def test_first_rule_is_chosen_by_the_best_return_found_below_it(seed):
     grab, prepare = root.children[0], root.children[1]
     assert grab.value / grab.visits > prepare.value / prepare.visits  # the trap: averages favour rule 0
     assert prepare.best > grab.best and best is prepare
+
+
+def test_patience_comes_from_the_options():
+    """The schema's option reaches the scheduler (the pass, the CLI and tvmc build it from options)."""
+    from relay_eqsat.optimize import OptimizeOptions
+
+    assert MCTSScheduler.from_options(OptimizeOptions(search="mcts")).options.patience == 8
+    assert MCTSScheduler.from_options(OptimizeOptions(search="mcts", patience="3")).options.patience == 3
+    with pytest.raises(ValueError, match="patience"):
+        OptimizeOptions(search="mcts", patience=-1)
