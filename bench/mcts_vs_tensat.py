@@ -162,11 +162,13 @@ def evaluate_goals(rows: list[dict]) -> list[dict]:
 
 
 def main(argv=None):
+    from relay_eqsat.options import DEFAULTS
+
     ap = zoo_models.base_parser(__doc__, "mcts_vs_tensat.json")
     ap.add_argument("--node-limit", type=int, default=2000)
     ap.add_argument("--budget", type=int, default=128, help="MCTS iterations per applied rule")
     ap.add_argument("--max-sim-steps", type=int, default=10)
-    ap.add_argument("--patience", type=int, default=8,
+    ap.add_argument("--patience", type=int, default=DEFAULTS["patience"],
                     help="MCTS stops after this many applied rules with no gain found below them (0: never)")
     ap.add_argument("--max-k", type=int, default=10, help="largest TENSAT k_multi tried")
     ap.add_argument("--iter-limit", type=int, default=15, help="TENSAT iterations (at least k_multi)")

@@ -373,10 +373,8 @@ def _solve_loop(problem, red, roots, enc: Encoding, warm: Solution, time_limit, 
             if dearer_than_warm(cost, warm):
                 # stopped by the time limit with an incumbent dearer than the warm start, or optimal under
                 # the rounded weights (or the solver's gap) but dearer in real costs: never worse than greedy
-                return Solution(choice=warm.choice, cost=warm.cost, optimal=False,
-                                status=f"{WARM} ({name}: {status}, its best was dearer)", solve_time=solve_time,
-                                encode_time=encode_time, info=info,
-                                bound=None if lower is None else min(lower, warm.cost))
+                return warm_solution(warm, f"{WARM} ({name}: {status}, its best was dearer)", lower,
+                                     solve_time=solve_time, encode_time=encode_time, info=info)
             return Solution(choice=choice, cost=cost, optimal=optimal, status=status, solve_time=solve_time,
                             encode_time=encode_time, info=info, bound=None if lower is None else min(lower, cost))
         key = frozenset(cycle)
@@ -387,10 +385,8 @@ def _solve_loop(problem, red, roots, enc: Encoding, warm: Solution, time_limit, 
     info = dict(extra_info, solver_status=status, lazy_rounds=rounds, cycles=enc.num_cycles,
                 variables=len(enc.backend.vars), constraints=enc.backend.num_constraints)
     lower = enc.cost_bound(bound)
-    return Solution(choice=warm.choice, cost=warm.cost, optimal=False,
-                    status=f"fallback {WARM} ({name}: {status}, no solution in the time limit)",
-                    solve_time=solve_time, encode_time=encode_time, info=info,
-                    bound=None if lower is None else min(lower, warm.cost))
+    return warm_solution(warm, f"fallback {WARM} ({name}: {status}, no solution in the time limit)", lower,
+                         solve_time=solve_time, encode_time=encode_time, info=info)
 
 
 def solve_split(problem: ExtractionProblem, red: Reduced, roots: list[int], warm: Solution, the_split: Split,
@@ -413,8 +409,7 @@ def solve_split(problem: ExtractionProblem, red: Reduced, roots: list[int], warm
     if dearer_than_warm(cost, warm) or (not out.optimal and not out.info["parts_solved"]):
         status = (f"fallback {WARM} ({name}: no solution in the time limit)" if not out.info["parts_solved"]
                   else f"{WARM} ({name}: its parts' best was dearer)")
-        return Solution(choice=warm.choice, cost=warm.cost, optimal=False, status=status, solve_time=solve_time,
-                        encode_time=encode_time, info=info, bound=min(out.bound, warm.cost))
+        return warm_solution(warm, status, out.bound, solve_time=solve_time, encode_time=encode_time, info=info)
     return Solution(choice=choice, cost=cost, optimal=out.optimal, status="OPTIMAL" if out.optimal else "FEASIBLE",
                     solve_time=solve_time, encode_time=encode_time, info=info, bound=min(out.bound, cost))
 
@@ -449,6 +444,13 @@ def dearer_than_warm(cost: float, warm: Solution) -> bool:
     relative gap (SCIP), not always in real costs (SqueezeNet's 2,000-e-node e-graph: 1.1e-6 dearer
     than greedy-merge's)."""
     return warm.cost < cost - WARM_TIE * abs(cost)
+
+
+def warm_solution(warm: Solution, status: str, bound: float | None, **fields) -> Solution:
+    """The warm start as the result (not optimal), with the solver's lower ``bound`` (None: none)
+    capped by its cost and ``fields`` (solve_time, encode_time, info)."""
+    return Solution(choice=warm.choice, cost=warm.cost, optimal=False, status=status,
+                    bound=None if bound is None else min(bound, warm.cost), **fields)
 
 
 def prepare(problem, roots):

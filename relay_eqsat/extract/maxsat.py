@@ -42,7 +42,7 @@ from typing import Iterable
 from .components import PartResult, split
 from .cycles import find_cycle_in_choice
 from .ilp import (DEFAULT_MAX_CYCLES, WARM, Encoding, choice_from_values, dearer_than_warm, encode_cycles,
-                  enumerate_cycles, enumeration_deadline, prepare, solve_split)
+                  enumerate_cycles, enumeration_deadline, prepare, solve_split, warm_solution)
 from .problem import ExtractionProblem, Solution
 from .validate import ExtractionError, solution_cost, validate_solution
 
@@ -274,10 +274,8 @@ def maxsat(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, ti
             # the engines report the optimum's weight, which bounds every solution's from below
             bound = enc.cost_bound(lower)
             if dearer_than_warm(cost, warm):  # optimal for the rounded weights only
-                return Solution(choice=warm.choice, cost=warm.cost, optimal=False,
-                                status=f"{WARM} (maxsat/{engine}: OPTIMAL, its best was dearer)",
-                                solve_time=solve_time, encode_time=encode_time, info=info,
-                                bound=None if bound is None else min(bound, warm.cost))
+                return warm_solution(warm, f"{WARM} (maxsat/{engine}: OPTIMAL, its best was dearer)", bound,
+                                     solve_time=solve_time, encode_time=encode_time, info=info)
             return Solution(choice=choice, cost=cost, optimal=True, status="OPTIMAL", solve_time=solve_time,
                             encode_time=encode_time, info=info, bound=None if bound is None else min(bound, cost))
         if not enc.add_cycle(cycle):
@@ -286,7 +284,5 @@ def maxsat(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, ti
     info.update(lazy_rounds=rounds, cycles=enc.num_cycles, variables=len(cnf.vars), hard_clauses=len(cnf.hard),
                 soft_clauses=len(cnf.soft))
     bound = enc.cost_bound(lower)
-    return Solution(choice=warm.choice, cost=warm.cost, optimal=False,
-                    status=f"fallback {WARM} (maxsat/{engine}: no solution in the time limit)",
-                    solve_time=solve_time, encode_time=encode_time, info=info,
-                    bound=None if bound is None else min(bound, warm.cost))
+    return warm_solution(warm, f"fallback {WARM} (maxsat/{engine}: no solution in the time limit)", bound,
+                         solve_time=solve_time, encode_time=encode_time, info=info)

@@ -315,6 +315,9 @@ class MCTS:
         return max(live, key=lambda c: (c.best, c.value / c.visits, c.visits, -c.cost, -c.action))
 
 
+#: a return below this share of the start's cost is float rounding, not a cheaper program (MCTSOptions.patience)
+GAIN_TOLERANCE = 1e-12
+
 #: rewards computed straight from an e-graph's arrays, by extractor name (the same cost as the extractor's)
 FAST_REWARDS = {"greedy-merge": merge_cost, "greedy-ocf": ocf_cost}
 
@@ -483,8 +486,7 @@ class MCTSScheduler(Scheduler):
         s, best, env = self._search, self._search.best, self._search.env
         report.fired[env.actions[best.action].name] += 1
         s.applied.append(best.action)
-        # a gain below 1e-12 of the start's cost is rounding, not a cheaper program
-        s.idle = s.idle + 1 if best.best <= 1e-12 * abs(s.initial_cost) else 0
+        s.idle = s.idle + 1 if best.best <= GAIN_TOLERANCE * abs(s.initial_cost) else 0
         s.history.append({"rule": best.action, "value": best.value / best.visits, "best": best.best,
                           "visits": best.visits, "size": env.size(egraph),
                           "cost": best.cost, "time": time.perf_counter() - runner.start})
