@@ -285,6 +285,9 @@ def run_pass(variant: str, bound, without: Sequence[str] = ()) -> tuple[Any, dic
     calibration = report.get("calibration", (report.get("info") or {}).get("calibration"))
     if calibration is not None:
         info["calibration"] = calibration
+    for key in ("runtime_candidates", "runtime_chosen"):  # calibration's candidates timed side by side
+        if key in report:
+            info[key] = report[key]
     for key in ("runtime_check_cached", "judged_by"):  # a verdict remembered in the cost database
         if key in report:
             info[key] = report[key]
@@ -503,6 +506,11 @@ def notes(rows: Sequence[Mapping]) -> list[str]:
                              f"{rules_in_words(rec['rules_in_result'], 8)}")
             if "calibration" in rec:
                 lines.append(f"{where}: calibration: {calibration_text(rec['calibration'])}")
+            if rec.get("runtime_candidates"):
+                timed = ", ".join(f"{c['measured_speedup']:.3f}x ({c['runtime_wins']})"
+                                  for c in rec["runtime_candidates"])
+                lines.append(f"{where}: calibration's candidates timed side by side: {timed}; "
+                             f"the pass judged #{rec.get('runtime_chosen', 0) + 1}")
             if rec.get("options_missing"):
                 lines.append(f"{where}: EqSatPass has no option(s) {', '.join(rec['options_missing'])}; left out")
         for variant, rec in (row.get("variants") or {}).items():

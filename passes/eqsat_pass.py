@@ -24,7 +24,7 @@ import math
 import statistics
 import time
 import weakref
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import tvm
@@ -78,7 +78,7 @@ REPORT_ATTR = "relay_eqsat.report"
 _SUMMARY_KEYS = ("search", "stop_reason", "iterations", "rules_fired", "rules_in_result", "egraph_nodes",
                  "cost_before", "cost_after", "predicted_speedup", "extractor", "extract_status", "optimal",
                  "search_time", "extract_time", "total_time", "runtime_before", "runtime_after",
-                 "measured_speedup")
+                 "measured_speedup", "runtime_candidates", "runtime_chosen")
 
 
 def _report_summary(report: Mapping[str, Any]) -> dict:
@@ -191,7 +191,8 @@ def resolve_options(explicit: Mapping[str, Any], ctx=None) -> dict[str, Any]:
 
 def optimize(graph: TensorGraph, options: Mapping[str, Any]) -> tuple[TensorGraph, dict]:
     """The optimizer between frontend and backend: TensorGraph -> cheaper
-    equivalent TensorGraph (or the input itself), plus the report as a dict.
+    equivalent TensorGraph (or the input itself), plus the report as a dict
+    (``alternatives``: the optimizer's other candidates, ``Candidate`` objects, for the runtime check).
     ``options`` are the pass's options after :func:`judge` (``calibrate`` and
     ``min_gain`` resolved, ``cost`` a CostModel)."""
     opts = {k: v for k, v in options.items() if k in OPTIMIZER_OPTIONS}
@@ -201,7 +202,7 @@ def optimize(graph: TensorGraph, options: Mapping[str, Any]) -> tuple[TensorGrap
                                        calibrate=bool(options.get("calibrate")),
                                        calibrate_time_limit=float(options["calibrate_time_limit"]),
                                        runtime_decides=bool(options.get("runtime_decides")))
-    return new_graph, report.to_dict()
+    return new_graph, dict(report.to_dict(), alternatives=report.alternatives)
 
 
 
@@ -323,7 +324,7 @@ def _one_run_seconds(m, first_run_s: float, time_limit: float) -> float:
 
 def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rtol: float = 1e-4,
                     target: str | None = None, time_repeat: int = 0,
-                    time_limit: float | None = None) -> dict[str, Any]:
+                    time_limit: float | None = None, others: Sequence[tvm.IRModule] = ()) -> dict[str, Any]:
     """Build both modules for ``target`` (default: the host), run them on the
     same random inputs and raise :class:`EqSatVerificationError` if an output
     differs by more than ``rtol * max|output|``. With ``time_repeat``,
@@ -332,20 +333,28 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
     those fit, nothing is timed and ``untimed`` says why). Returns ``max_error``
     and, when timed, ``runtime_before`` and ``runtime_after`` (medians,
     seconds), ``ratio`` (the median of the per-round ratios after / before),
-    ``wins`` (rounds in which ``after`` was faster) and ``rounds``."""
+    ``wins`` (rounds in which ``after`` was faster) and ``rounds``.
+
+    ``others``: more candidates for ``after``'s place, checked and timed in the same rounds; then
+    ``chosen`` is the index (0: ``after``, k: ``others[k - 1]``) of the one with the lowest median
+    ratio, the figures above are its, and ``candidates`` holds every one's (``ratio``, ``wins``,
+    ``runtime``). ``max_error`` is the largest of theirs."""
     inputs = _check_inputs(before, seed)
     m_before, ref, _, first_before = build_and_run(before, inputs, target)
-    m_after, got, _, first_after = build_and_run(after, inputs, target)
-    err, why = output_error(ref, got)
-    if why is not None:
-        raise EqSatVerificationError(why)
-    if not err <= rtol:
-        raise EqSatVerificationError(f"max error {err:.3g} (relative) > {rtol:g}")
-    out: dict[str, Any] = {"max_error": err}
+    built = []
+    for mod in (after, *others):
+        m, got, _, first = build_and_run(mod, inputs, target)
+        err, why = output_error(ref, got)
+        if why is not None:
+            raise EqSatVerificationError(why)
+        if not err <= rtol:
+            raise EqSatVerificationError(f"max error {err:.3g} (relative) > {rtol:g}")
+        built.append((m, first, err))
+    out: dict[str, Any] = {"max_error": max(err for _, _, err in built)}
     if time_repeat > 0:
         rounds = time_repeat
-        one_run = [_one_run_seconds(m, first, math.inf if time_limit is None else time_limit)
-                   for m, first in ((m_before, first_before), (m_after, first_after))]
+        runs = [(m_before, first_before)] + [(m, first) for m, first, _ in built]
+        one_run = [_one_run_seconds(m, first, math.inf if time_limit is None else time_limit) for m, first in runs]
         # a program of WALL_CLOCK_S or more is timed by the wall clock: TVM's time_evaluator would run
         # it once untimed before every timing, doubling what the check takes (DistilBERT's 10.9-s
         # input: 9 rounds took 200 s where 120 were allowed)
@@ -358,20 +367,28 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
                 out["untimed"] = (f"one timing round takes {per_round:.2f} s: {RUNTIME_MIN_ROUNDS} rounds do not "
                                   f"fit in check_time_limit={time_limit:g} s")
                 return out
-        t_before, t_after = time_rounds([m_before, m_after], repeat=rounds,
-                                        min_repeat_ms=RUNTIME_MIN_REPEAT_MS, wall=wall)
-        ratio, wins = paired_ratio(t_before, t_after)
-        out.update(runtime_before=statistics.median(t_before), runtime_after=statistics.median(t_after),
-                   ratio=ratio, wins=wins, rounds=len(t_before))
+        t_before, *t_after = time_rounds([m for m, _ in runs], repeat=rounds,
+                                         min_repeat_ms=RUNTIME_MIN_REPEAT_MS, wall=wall)
+        candidates = []
+        for t in t_after:
+            ratio, wins = paired_ratio(t_before, t)
+            candidates.append({"ratio": ratio, "wins": wins, "runtime": statistics.median(t)})
+        chosen = min(range(len(candidates)), key=lambda k: candidates[k]["ratio"])
+        best = candidates[chosen]
+        out.update(runtime_before=statistics.median(t_before), runtime_after=best["runtime"],
+                   ratio=best["ratio"], wins=best["wins"], rounds=len(t_before))
+        if others:
+            out.update(chosen=chosen, candidates=candidates)
     return out
 
 
 def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, Any],
-                  report: dict, judgement: Judgement) -> bool:
-    """``verify`` and the runtime check: whether to keep ``after``; notes what
-    it found in ``report``. A numerical mismatch raises with ``verify``, else
-    (or when ``after`` fails to build) rejects it with a warning; with
-    ``judgement.check_runtime``, ``after`` is kept only if measured faster: a median
+                  report: dict, judgement: Judgement, others: Sequence[tvm.IRModule] = ()) -> int | None:
+    """``verify`` and the runtime check: which program to keep, ``after`` (0), one of ``others``
+    (its index + 1: calibration's other candidates, timed in the same rounds, the fastest of them
+    all judged) or none (None, the input stays); notes what it found in ``report``. A numerical
+    mismatch of any raises with ``verify``, else (or when one fails to build) rejects them all with a
+    warning; with ``judgement.check_runtime``, a program is kept only if measured faster: a median
     per-round speedup of at least :data:`RUNTIME_MARGIN`, and faster in at
     least :data:`RUNTIME_MIN_WINS` of :data:`RUNTIME_REPEAT` rounds (in fewer
     rounds, when a round is too slow for ``check_time_limit``, in
@@ -379,46 +396,65 @@ def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, 
     the predicted gain must exceed ``judgement.fallback_gain``). Outputs are
     compared on the host when the target does not run here."""
     timed = judgement.check_runtime
+    others = others if timed else ()
     target = opts.get("target")
     target = target if runs_here(target) else None
     try:
         res = compare_modules(before, after, seed=opts["seed"], target=target,
                               time_repeat=RUNTIME_REPEAT if timed else 0,
-                              time_limit=float(opts["check_time_limit"]))
+                              time_limit=float(opts["check_time_limit"]), others=others)
     except EqSatVerificationError as e:
         if opts.get("verify"):
             raise
         warn(f"EqSatPass: the optimized program computes different outputs ({e}); module left unchanged")
         report.update(changed=False, reason=f"rejected: outputs differ ({e})")
-        return False
+        return None
     except Exception as e:  # noqa: BLE001 - TVM failing to build either program
         if opts.get("verify"):
             raise
         warn(f"EqSatPass: building for the runtime check failed ({type(e).__name__}: "
              f"{str(e).strip().splitlines()[-1] if str(e).strip() else ''}); module left unchanged")
         report.update(changed=False, reason=f"rejected: build failed ({type(e).__name__})")
-        return False
+        return None
     report["verify_error"] = res["max_error"]
     if not timed:
-        return True
+        return 0
     if "untimed" in res:
         predicted = report.get("predicted_speedup", 1.0)
         report["runtime_untimed"] = res["untimed"]
         if predicted >= 1 + judgement.fallback_gain:
-            return True
+            return 0
         report.update(changed=False, reason=(f"{res['untimed']}, and the predicted {predicted:.3f}x is within the "
                                              f"cost model's error ({judgement.fallback_gain:.0%}); input kept"))
-        return False
+        return None
     before_s, after_s, ratio, wins, rounds = (res["runtime_before"], res["runtime_after"], res["ratio"],
                                               res["wins"], res["rounds"])
+    chosen = res.get("chosen", 0)
     report.update(runtime_before=before_s, runtime_after=after_s, measured_speedup=1.0 / ratio,
                   runtime_wins=f"{wins}/{rounds}")
+    if "candidates" in res:
+        report["runtime_candidates"] = [{"measured_speedup": 1.0 / c["ratio"], "runtime_wins": f"{c['wins']}/{rounds}"}
+                                        for c in res["candidates"]]
+        report["runtime_chosen"] = chosen
     if ratio <= 1 - RUNTIME_MARGIN and wins >= wins_needed(rounds):
-        return True
+        return chosen
     report.update(changed=False, reason=(f"measured no faster ({before_s * 1e3:.3f} ms -> {after_s * 1e3:.3f} ms, "
                                          f"median ratio {ratio:.3f}, faster in {wins}/{rounds} rounds); "
                                          "input kept"))
-    return False
+    return None
+
+
+def _module(typed: tvm.IRModule, func, graph: TensorGraph, signature, report: Mapping[str, Any]) -> tvm.IRModule:
+    """``typed`` with its main replaced by ``graph`` in Relay (the report's summary attached),
+    type-checked against ``func``'s type (RuntimeError if it differs)."""
+    new_func = to_relay(graph, signature=signature, attrs=func.attrs)
+    new_func = new_func.with_attr(REPORT_ATTR, json.dumps(_report_summary(report)))
+    new_mod = tvm.IRModule({gv: (new_func if gv.name_hint == "main" else f)
+                            for gv, f in typed.functions.items()}, typed.type_definitions)
+    new_mod = relay.transform.InferType()(new_mod)
+    if not tvm.ir.structural_equal(new_mod["main"].checked_type, func.checked_type):
+        raise RuntimeError(f"the optimized main has type {new_mod['main'].checked_type}, not {func.checked_type}")
+    return new_mod
 
 
 def bind_params(mod: tvm.IRModule, params: Mapping[str, Any]) -> tvm.IRModule:
@@ -447,7 +483,9 @@ def format_summary(report: Mapping[str, Any]) -> str:
             f"search {report.get('search', '?')} stopped: {report.get('stop_reason', '?')}, "
             f"e-graph {report.get('egraph_nodes', 0)} nodes; predicted cost {before * 1e3:.4f} ms -> "
             f"{after * 1e3:.4f} ms ({before / after if after > 0 else 1.0:.3f}x); "
-            + (f"measured {report['runtime_before'] * 1e3:.3f} ms -> {report['runtime_after'] * 1e3:.3f} ms; "
+            + (f"measured {report['runtime_before'] * 1e3:.3f} ms -> {report['runtime_after'] * 1e3:.3f} ms"
+               + (f" (the fastest of {len(report['runtime_candidates'])} candidates)"
+                  if report.get("runtime_candidates") else "") + "; "
                if "runtime_after" in report else "")
             + f"{report.get('seconds', report.get('total_time', 0.0)):.2f} s; "
             f"{sum(fired.values())} rule applications [{rules}]"
@@ -476,7 +514,9 @@ class EqSatPass:
     mismatch. ``check_runtime=True`` builds the input and the result for the
     target (a CPU target; the host's by default), checks their outputs agree
     and times both, and keeps the result only if it is measured faster (see
-    :data:`RUNTIME_MARGIN`; the cost model's "never worse" made
+    :data:`RUNTIME_MARGIN`; when the kernels measured in calibration's rounds
+    chose other programs too, up to two of them are timed in the same rounds
+    and the fastest is judged; the cost model's "never worse" made
     "never slower"; a mismatch or a failed build also keeps the input, with a
     warning). After a run, ``last_options`` and ``last_report`` hold the
     options used and the optimizer's report (``None`` if skipped).
@@ -503,6 +543,7 @@ class EqSatPass:
             mod = bind_params(mod, self.params)
         t0 = time.perf_counter()
         cost_model = None
+        alternatives = []
         try:
             typed, func = main_function(mod)
             graph = from_relay(typed)
@@ -527,6 +568,7 @@ class EqSatPass:
                                                          calibrate=judgement.calibrate, min_gain=judgement.min_gain,
                                                          runtime_decides=judgement.check_runtime))
                 report["judged_by"] = judgement.notes
+                alternatives = report.pop("alternatives", None) or []
                 if not report.get("changed", True):
                     new_graph = _input_in_our_form(typed, graph, signature, func, report)
             if not report.get("changed", True):
@@ -537,14 +579,14 @@ class EqSatPass:
                 self.last_report = report
                 log.info("EqSatPass: %s", format_summary(report))
                 return mod
-            new_func = to_relay(new_graph, signature=signature, attrs=func.attrs)
-            new_func = new_func.with_attr(REPORT_ATTR, json.dumps(_report_summary(report)))
-            new_mod = tvm.IRModule({gv: (new_func if gv.name_hint == "main" else f)
-                                    for gv, f in typed.functions.items()}, typed.type_definitions)
-            new_mod = relay.transform.InferType()(new_mod)
-            if not tvm.ir.structural_equal(new_mod["main"].checked_type, func.checked_type):
-                raise RuntimeError(f"the optimized main has type {new_mod['main'].checked_type}, "
-                                   f"not {func.checked_type}")
+            new_mod = _module(typed, func, new_graph, signature, report)
+            others = []  # calibration's other candidates, for the runtime check
+            for cand in alternatives if judgement.check_runtime and not opts["verify"] else ():
+                try:
+                    others.append((_module(typed, func, cand.graph, signature, report), cand))
+                except Exception:  # noqa: BLE001 - an alternative that fails is not timed
+                    log.warning("EqSatPass: an alternative candidate could not be converted; not timed",
+                                exc_info=True)
         except UnsupportedProgram as e:
             warn(f"EqSatPass: unsupported program ({e.reason}); module left unchanged")
             return mod
@@ -565,7 +607,16 @@ class EqSatPass:
                 if won is not None:
                     report["reason"] = f"{report.get('reason', 'measured faster')} (remembered from an earlier run)"
             else:
-                keep = runtime_check(typed, new_mod, opts, report, judgement)
+                chosen = runtime_check(typed, new_mod, opts, report, judgement, [m for m, _ in others])
+                keep = chosen is not None
+                if chosen:  # one of calibration's other candidates measured fastest
+                    new_graph = others[chosen - 1][1].graph
+                    report.update(others[chosen - 1][1].report_fields(),
+                                  predicted_speedup=report["cost_before"] / others[chosen - 1][1].cost)
+                    try:  # the same program again, its report attribute now the chosen one's
+                        new_mod = _module(typed, func, new_graph, signature, report)
+                    except Exception:  # noqa: BLE001 - converted once already: keep that module
+                        new_mod = others[chosen - 1][0]
                 if judgement.check_runtime and not opts["verify"]:
                     verdicts.remember(typed, new_mod, opts, keep, report,
                                       won=(program_record(new_graph), _report_summary(report)))

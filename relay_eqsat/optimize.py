@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass, field, fields, make_dataclass
+from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import rules as rules_mod
@@ -89,6 +89,10 @@ class OptimizeReport:
     extract_time: float = 0.0
     total_time: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
+    #: with ``runtime_decides``: the other programs calibration chose in its rounds, cheaper than
+    #: the input under the measured kernels, cheapest first (at most :data:`RUNTIME_ALTERNATIVES`),
+    #: for the caller's runtime check to time beside the result (not in ``to_dict``: programs)
+    alternatives: list[Candidate] = field(default_factory=list, repr=False)
 
     @property
     def speedup(self) -> float:
@@ -96,7 +100,8 @@ class OptimizeReport:
         return self.cost_before / self.cost_after if self.cost_after > 0 else 1.0
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = asdict(replace(self, alternatives=[]))
+        del d["alternatives"]
         d["predicted_speedup"] = self.speedup
         return d
 
@@ -107,6 +112,21 @@ class OptimizeReport:
                 f"cost {self.cost_before * 1e3:.3f} ms -> {self.cost_after * 1e3:.3f} ms "
                 f"({self.speedup:.3f}x predicted) by {self.extractor} [{self.extract_status}]; "
                 f"{self.total_time:.2f}s; rules {fired}; in the result {self.rules_in_result}")
+
+
+@dataclass
+class Candidate:
+    """A program the optimizer could return instead of its result: the program, its cost under the
+    cost model and, per rule, the nodes its applications added (as ``OptimizeReport``'s fields)."""
+
+    graph: TensorGraph
+    cost: float
+    rules_in_result: dict[str, int]
+
+    def report_fields(self) -> dict:
+        """The fields of ``OptimizeReport.to_dict()`` that describe the returned program, for this one."""
+        return {"cost_after": self.cost, "rules_in_result": dict(self.rules_in_result),
+                "nodes_after": len(self.graph), "ops_after": self.graph.op_counts()}
 
 
 def rule_file(rules: str | os.PathLike) -> tuple[Any, bool]:
@@ -173,6 +193,11 @@ def check_equivalent_interface(before: TensorGraph, after: TensorGraph) -> None:
 #: measure-and-re-extract rounds of a calibration (each round measures the kernels the new candidate
 #: adds, then extracts again with their measured times)
 CALIBRATION_ROUNDS = 3
+#: at most this many of calibration's other candidates go to a runtime check beside the result: near
+#: ties between them flip with a kernel's measurement (SqueezeNet1.1 on a Zen 4: a second round's
+#: timings chose a program that also widens the first convolution, predicted 1.13x, timed 1.10x;
+#: the first round's, predicted 1.12x, timed 1.12-1.15x)
+RUNTIME_ALTERNATIVES = 2
 
 
 def rules_in_program(egraph, enodes: Iterable[int]) -> dict[str, int]:
@@ -192,6 +217,24 @@ def rules_in_words(used: Mapping[str, int], top: int | None = None) -> str:
     shown = items if top is None else items[:top]
     text = ", ".join(f"{k} ({v} node{'s' if v != 1 else ''})" for k, v in shown)
     return text + (f", +{len(items) - len(shown)} more" if len(items) > len(shown) else "")
+
+
+def _same_program(a: TensorGraph, b: TensorGraph) -> bool:
+    return a.output == b.output and a.nodes == b.nodes
+
+
+def _alternatives(egraph, candidates: Sequence[tuple], out: TensorGraph, cost_before: float,
+                  cost_model) -> list[Candidate]:
+    """Calibration's candidates other than ``out`` (each distinct once) that the measured kernels
+    price below ``cost_before``, cheapest first, at most :data:`RUNTIME_ALTERNATIVES`."""
+    found: list[Candidate] = []
+    for g, solution in candidates:
+        if _same_program(g, out) or any(_same_program(g, c.graph) for c in found):
+            continue
+        cost = cost_model.graph_cost(g)
+        if cost < cost_before * (1 - 1e-6):
+            found.append(Candidate(g, cost, rules_in_program(egraph, solution.info.get("enodes", ()))))
+    return sorted(found, key=lambda c: c.cost)[:RUNTIME_ALTERNATIVES]
 
 
 def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, Any] | None = None,
@@ -214,7 +257,9 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     (launch overheads, fusion), so with ``runtime_decides`` (the caller times
     the whole programs next) calibration chooses the candidate but does not
     veto one: when the measured kernels make no candidate cheaper, the first
-    one (the shipped model's) is returned for the runtime to decide on."""
+    one (the shipped model's) is returned for the runtime to decide on; when
+    they do, the report's ``alternatives`` hold the rounds' other candidates
+    they price below the input, for the runtime to time beside the result."""
     t0 = time.perf_counter()
     opts = options if isinstance(options, OptimizeOptions) else OptimizeOptions.from_mapping(options)
     cost_model = cost_model if cost_model is not None else resolve_cost(opts.cost, opts.target)
@@ -278,6 +323,8 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
         if runtime_decides and cost_model.graph_cost(out) >= rep.cost_before * (1 - 1e-6):
             out, solution = candidates[0]  # measured kernels favour no candidate: the runtime will decide
             rep.info["calibration"]["vetoed"] = True
+        elif runtime_decides:
+            rep.alternatives = _alternatives(egraph, candidates, out, rep.cost_before, cost_model)
     rep.extract_time = time.perf_counter() - te
     rep.extractor, rep.extract_status, rep.optimal = extractor.name, solution.status, solution.optimal
     rep.info["extraction_cost"] = solution.cost
@@ -300,9 +347,10 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
         return out, rep
     if rep.cost_after < rep.cost_before / (1 + min_gain) * (1 - 1e-6):
         rep.changed, rep.reason = True, "cheaper program found"
+        rep.alternatives = [c for c in rep.alternatives if c.cost < rep.cost_before / (1 + min_gain) * (1 - 1e-6)]
         log.info("relay-eqsat: %s", rep.summary())
         return out, rep
-    rep.changed = False
+    rep.changed, rep.alternatives = False, []
     if rep.cost_after < rep.cost_before * (1 - 1e-6):
         rep.reason = (f"predicted {rep.speedup:.3f}x, within the cost model's error for this target "
                       f"(a gain over {min_gain:.0%} is required); input kept")
