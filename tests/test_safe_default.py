@@ -485,25 +485,25 @@ def test_avoid_clause_gates_a_rule_per_device():
         parse_rules("rule r\n lhs (nn.relu ?x)\n rhs (nn.relu ?x)\n avoid tpu\n")
 
 
-def test_out_of_calibration_rounds_the_cheapest_measured_candidate_is_returned(monkeypatch):
-    """Each round's extraction can pick an alternative the borrowed model has not measured and prices
-    too low (bert-base on a Zen 1); when the rounds run out, the last extraction's kernels were
-    measured only after it was chosen: the candidate cheapest under the measured times is returned."""
+def _relu_chain(n):
+    """relu applied n times to x: the same function for every n >= 1."""
+    g = TensorGraph()
+    y = g.var("x", (4,))
+    for _ in range(n):
+        y = g.add("nn.relu", [y])
+    g.set_output(y)
+    return g
+
+
+def _scripted_calibration(monkeypatch, price, measured_as, **kwargs):
+    """``optimize_graph`` on ``_relu_chain(1)`` with a scripted extraction and calibration: programs
+    priced by their relu count (``price``: the input's at 1, the candidates' predicted), each
+    round's extraction the cheapest candidate, its calibration setting its price to
+    ``measured_as``."""
     from types import SimpleNamespace
 
     from relay_eqsat import optimize as optimize_mod
     from relay_eqsat.extract.problem import Solution
-
-    def chain(n):  # relu applied n times: the same function for every n >= 1
-        g = TensorGraph()
-        y = g.var("x", (4,))
-        for _ in range(n):
-            y = g.add("nn.relu", [y])
-        g.set_output(y)
-        return g
-
-    price = {1: 10.0, 2: 5.0, 3: 6.0}  # by relu count: the input, candidates A and B as predicted
-    measured_as = {2: 8.0, 3: 9.0}     # A measures dearer than predicted but cheaper than the input; B dearer still
 
     class Model:
         cache = None
@@ -518,8 +518,8 @@ def test_out_of_calibration_rounds_the_cheapest_measured_candidate_is_returned(m
         name = "scripted"
 
         def extract_graph(self, egraph, root, node_cost, time_limit, program_cost=None):
-            n = min((2, 3), key=price.get)
-            return chain(n), Solution(choice={}, cost=price[n], status="scripted")
+            n = min(measured_as, key=price.get)
+            return _relu_chain(n), Solution(choice={}, cost=price[n], status="scripted")
 
     class Calibrator:
         def __init__(self, cost_model, time_limit, progress=None):
@@ -537,8 +537,19 @@ def test_out_of_calibration_rounds_the_cheapest_measured_candidate_is_returned(m
 
     monkeypatch.setattr(optimize_mod, "get_extractor", lambda name: Extractor())
     monkeypatch.setattr(optimize_mod, "Calibrator", Calibrator)
+    return optimize_graph(_relu_chain(1), {"search": "none"}, cost_model=Model(), calibrate=True, **kwargs)
+
+
+def test_out_of_calibration_rounds_the_cheapest_measured_candidate_is_returned(monkeypatch):
+    """Each round's extraction can pick an alternative the borrowed model has not measured and prices
+    too low (bert-base on a Zen 1); when the rounds run out, the last extraction's kernels were
+    measured only after it was chosen: the candidate cheapest under the measured times is returned."""
+    from relay_eqsat import optimize as optimize_mod
+
     monkeypatch.setattr(optimize_mod, "CALIBRATION_ROUNDS", 1)  # A, then B, then out of rounds
-    out, rep = optimize_graph(chain(1), {"search": "none"}, cost_model=Model(), calibrate=True)
+    # by relu count: the input, candidates A and B as predicted; A measures dearer than predicted but
+    # cheaper than the input, B dearer still
+    out, rep = _scripted_calibration(monkeypatch, {1: 10.0, 2: 5.0, 3: 6.0}, {2: 8.0, 3: 9.0})
     assert rep.info["calibration"]["rounds"] == 2
     assert out.op_counts()["nn.relu"] == 2 and rep.cost_after == 8.0 and rep.changed  # A, not the last (B)
 
@@ -548,57 +559,11 @@ def test_calibrations_other_candidates_go_to_the_runtime_check(monkeypatch):
     on a Zen 4): when the runtime decides, the rounds' other candidates that the measured kernels
     still price below the input come with the result (each once, cheapest first); without it, or
     when nothing is cheaper, none do."""
-    from types import SimpleNamespace
-
-    from relay_eqsat import optimize as optimize_mod
-    from relay_eqsat.extract.problem import Solution
-
-    def chain(n):  # relu applied n times: the same function for every n >= 1
-        g = TensorGraph()
-        y = g.var("x", (4,))
-        for _ in range(n):
-            y = g.add("nn.relu", [y])
-        g.set_output(y)
-        return g
 
     def run_with(runtime_decides, input_price=10.0):
-        price = {1: input_price, 2: 5.0, 3: 6.0, 4: 9.5}  # the input; A, B, C as predicted
-        measured_as = {2: 8.0, 3: 7.0, 4: 9.5}              # A then B chosen, B measured cheapest
-
-        class Model:
-            cache = None
-
-            def graph_cost(self, g):
-                return price[g.op_counts()["nn.relu"]]
-
-            def node_cost(self, *a, **k):
-                return 1.0
-
-        class Extractor:
-            name = "scripted"
-
-            def extract_graph(self, egraph, root, node_cost, time_limit, program_cost=None):
-                n = min((2, 3, 4), key=price.get)
-                return chain(n), Solution(choice={}, cost=price[n], status="scripted")
-
-        class Calibrator:
-            def __init__(self, cost_model, time_limit, progress=None):
-                self.rounds = 0
-
-            def measure(self, graphs):
-                self.rounds += 1
-                n = graphs[1].op_counts()["nn.relu"]
-                changed = price[n] != measured_as[n]
-                price[n] = measured_as[n]
-                return changed
-
-            def close(self):
-                return SimpleNamespace(to_dict=lambda: {"rounds": self.rounds})
-
-        monkeypatch.setattr(optimize_mod, "get_extractor", lambda name: Extractor())
-        monkeypatch.setattr(optimize_mod, "Calibrator", Calibrator)
-        return optimize_graph(chain(1), {"search": "none"}, cost_model=Model(), calibrate=True,
-                              runtime_decides=runtime_decides)
+        # the input; A, B, C as predicted, then as measured: A then B chosen, B measured cheapest
+        return _scripted_calibration(monkeypatch, {1: input_price, 2: 5.0, 3: 6.0, 4: 9.5},
+                                     {2: 8.0, 3: 7.0, 4: 9.5}, runtime_decides=runtime_decides)
 
     out, rep = run_with(True)
     assert out.op_counts()["nn.relu"] == 3 and rep.cost_after == 7.0 and rep.info["calibration"]["rounds"] == 3
