@@ -335,51 +335,72 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
     seconds), ``ratio`` (the median of the per-round ratios after / before),
     ``wins`` (rounds in which ``after`` was faster) and ``rounds``.
 
-    ``others``: more candidates for ``after``'s place, checked and timed in the same rounds; then
-    ``chosen`` is the index (0: ``after``, k: ``others[k - 1]``) of the one with the lowest median
-    ratio, the figures above are its, and ``candidates`` holds every one's (``ratio``, ``wins``,
-    ``runtime``). ``max_error`` is the largest of theirs."""
+    ``others``: more candidates for ``after``'s place, built, checked and timed in the same rounds
+    as long as the rounds still fit with them (only when timing; ``others_untimed``: how many did
+    not); then ``chosen`` is the index (0: ``after``, k: ``others[k - 1]``) of the one with the
+    lowest median ratio, the figures above are its, and ``candidates`` holds every one's
+    (``ratio``, ``wins``, ``runtime``). ``max_error`` is the largest of theirs."""
     inputs = _check_inputs(before, seed)
     m_before, ref, _, first_before = build_and_run(before, inputs, target)
-    built = []
-    for mod in (after, *others):
+
+    def built_and_checked(mod):
         m, got, _, first = build_and_run(mod, inputs, target)
         err, why = output_error(ref, got)
         if why is not None:
             raise EqSatVerificationError(why)
         if not err <= rtol:
             raise EqSatVerificationError(f"max error {err:.3g} (relative) > {rtol:g}")
-        built.append((m, first, err))
-    out: dict[str, Any] = {"max_error": max(err for _, _, err in built)}
-    if time_repeat > 0:
-        rounds = time_repeat
-        runs = [(m_before, first_before)] + [(m, first) for m, first, _ in built]
-        one_run = [_one_run_seconds(m, first, math.inf if time_limit is None else time_limit) for m, first in runs]
-        # a program of WALL_CLOCK_S or more is timed by the wall clock: TVM's time_evaluator would run
-        # it once untimed before every timing, doubling what the check takes (DistilBERT's 10.9-s
-        # input: 9 rounds took 200 s where 120 were allowed)
-        wall = [s >= WALL_CLOCK_S for s in one_run]
-        if time_limit is not None:
-            floor = RUNTIME_MIN_REPEAT_MS / 1e3
-            per_round = sum(s if w else max(floor, s) + s for s, w in zip(one_run, wall))
-            rounds = min(time_repeat, int(time_limit // per_round))
-            if rounds < min(RUNTIME_MIN_ROUNDS, time_repeat):
-                out["untimed"] = (f"one timing round takes {per_round:.2f} s: {RUNTIME_MIN_ROUNDS} rounds do not "
-                                  f"fit in check_time_limit={time_limit:g} s")
-                return out
-        t_before, *t_after = time_rounds([m for m, _ in runs], repeat=rounds,
-                                         min_repeat_ms=RUNTIME_MIN_REPEAT_MS, wall=wall)
-        candidates = []
-        for t in t_after:
-            ratio, wins = paired_ratio(t_before, t)
-            candidates.append({"ratio": ratio, "wins": wins, "runtime": statistics.median(t)})
-        chosen = min(range(len(candidates)), key=lambda k: candidates[k]["ratio"])
-        best = candidates[chosen]
-        out.update(runtime_before=statistics.median(t_before), runtime_after=best["runtime"],
-                   ratio=best["ratio"], wins=best["wins"], rounds=len(t_before))
-        if others:
-            out.update(chosen=chosen, candidates=candidates)
+        return m, first, err
+
+    m_after, first_after, err = built_and_checked(after)
+    out: dict[str, Any] = {"max_error": err}
+    if time_repeat <= 0:
+        return out  # nothing timed: no other candidate could be chosen, none is built
+    limit = math.inf if time_limit is None else time_limit
+    runs = [m_before, m_after]
+    one_run = [_one_run_seconds(m, first, limit) for m, first in ((m_before, first_before), (m_after, first_after))]
+    rounds, wall, per_round = _timing_plan(one_run, time_repeat, time_limit)
+    if rounds < min(RUNTIME_MIN_ROUNDS, time_repeat):
+        out["untimed"] = (f"one timing round takes {per_round:.2f} s: {RUNTIME_MIN_ROUNDS} rounds do not "
+                          f"fit in check_time_limit={time_limit:g} s")
+        return out
+    for mod in others:  # each runs about as long as the result: built only while the rounds still fit
+        if _timing_plan(one_run + [one_run[1]], time_repeat, time_limit)[0] < rounds:
+            out["others_untimed"] = len(others) - (len(runs) - 2)
+            break
+        m, first, err = built_and_checked(mod)
+        out["max_error"] = max(out["max_error"], err)
+        runs.append(m)
+        one_run.append(_one_run_seconds(m, first, limit))
+    if _timing_plan(one_run, time_repeat, time_limit)[0] < rounds:  # one ran slower than the result
+        out["others_untimed"] = len(others)
+        runs, one_run = runs[:2], one_run[:2]
+    rounds, wall, _ = _timing_plan(one_run, time_repeat, time_limit)
+    t_before, *t_after = time_rounds(runs, repeat=rounds, min_repeat_ms=RUNTIME_MIN_REPEAT_MS, wall=wall)
+    candidates = []
+    for t in t_after:
+        ratio, wins = paired_ratio(t_before, t)
+        candidates.append({"ratio": ratio, "wins": wins, "runtime": statistics.median(t)})
+    chosen = min(range(len(candidates)), key=lambda k: candidates[k]["ratio"])
+    best = candidates[chosen]
+    out.update(runtime_before=statistics.median(t_before), runtime_after=best["runtime"],
+               ratio=best["ratio"], wins=best["wins"], rounds=len(t_before))
+    if len(candidates) > 1:
+        out.update(chosen=chosen, candidates=candidates)
     return out
+
+
+def _timing_plan(one_run: Sequence[float], time_repeat: int, time_limit: float | None) -> tuple[int, list[bool], float]:
+    """(rounds, wall-clock flags, seconds a round takes) for timing programs whose one run takes
+    ``one_run`` seconds each: ``time_repeat`` rounds, fewer where they would not fit in
+    ``time_limit``. A program of WALL_CLOCK_S or more is timed by the wall clock: TVM's
+    time_evaluator would run it once untimed before every timing, doubling what the check takes
+    (DistilBERT's 10.9-s input: 9 rounds took 200 s where 120 were allowed)."""
+    wall = [s >= WALL_CLOCK_S for s in one_run]
+    floor = RUNTIME_MIN_REPEAT_MS / 1e3
+    per_round = sum(s if w else max(floor, s) + s for s, w in zip(one_run, wall))
+    rounds = time_repeat if time_limit is None else min(time_repeat, int(time_limit // per_round))
+    return rounds, wall, per_round
 
 
 def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, Any],
@@ -432,6 +453,8 @@ def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, 
     chosen = res.get("chosen", 0)
     report.update(runtime_before=before_s, runtime_after=after_s, measured_speedup=1.0 / ratio,
                   runtime_wins=f"{wins}/{rounds}")
+    if res.get("others_untimed"):
+        report["runtime_others_untimed"] = res["others_untimed"]
     if "candidates" in res:
         report["runtime_candidates"] = [{"measured_speedup": 1.0 / c["ratio"], "runtime_wins": f"{c['wins']}/{rounds}"}
                                         for c in res["candidates"]]

@@ -592,7 +592,7 @@ def test_the_runtime_check_keeps_the_fastest_of_the_candidates(monkeypatch, cost
 
     def rounds(modules, **kw):  # the input, the result (1% faster: not enough), the other (2x)
         timed.append(len(modules))
-        return [[2e-3] * 9, [1.98e-3] * 9, [1e-3] * 9]
+        return [[2e-3] * 9, [1.98e-3] * 9, [1e-3] * 9][:len(modules)]
 
     monkeypatch.setattr(eqsat_pass, "time_rounds", rounds)
     mod = dense_net()
@@ -613,6 +613,32 @@ def test_the_runtime_check_keeps_the_fastest_of_the_candidates(monkeypatch, cost
     assert q.last_report["runtime_check_cached"] and len(builds) == 3 and program_hash(out2) == program_hash(out)
     EqSatPass(verify=True)(mod)
     assert len(builds) == 5 and timed == [3, 2]  # the input and the result only
+
+
+def test_other_candidates_are_built_only_where_the_rounds_still_fit(monkeypatch, cost_db, builds):
+    """Another candidate is built and timed only if the check keeps all its rounds with it (it runs
+    about as long as the result): with programs of 5 s a run, 9 rounds of the input and the result
+    fit in the 120-s limit, a third program's would not; with nothing timed, none is built."""
+    from relay_eqsat.optimize import Candidate
+
+    def two_candidates(graph, options):
+        g, rep = _copy_optimizer(graph, options)
+        rep["alternatives"] = [Candidate(_commuting_optimizer(graph, options)[0], 1.6e-3, {"add-comm": 2})]
+        return g, rep
+
+    monkeypatch.setattr(eqsat_pass, "optimize", two_candidates)
+    monkeypatch.setattr(eqsat_pass, "_one_run_seconds", lambda m, first_run_s, time_limit: 5.0)
+    timed = []
+    monkeypatch.setattr(eqsat_pass, "time_rounds",
+                        lambda modules, **kw: timed.append((len(modules), kw["repeat"])) or [[2e-3] * 9, [1e-3] * 9])
+    p = EqSatPass()
+    p(dense_net())
+    assert len(builds) == 2 and timed == [(2, 9)]
+    assert p.last_report["runtime_others_untimed"] == 1 and "runtime_candidates" not in p.last_report
+    monkeypatch.setattr(eqsat_pass, "_one_run_seconds", lambda m, first_run_s, time_limit: 100.0)
+    q = EqSatPass(seed=3)  # a round too slow for the limit: rule 3 decides, the other is not built
+    q(dense_net())
+    assert len(builds) == 4 and timed == [(2, 9)] and "runtime_untimed" in q.last_report
 
 
 def test_measured_kernels_choose_but_do_not_veto_when_the_runtime_decides(monkeypatch, cost_db):
