@@ -1,14 +1,18 @@
-"""How a kernel is measured (TVMRunner: the whole program less its layout transforms) against the debug
-executor's time of the convolution kernel itself, six times in a row for each form of the first convolution.
-    TVM_NUM_THREADS=1 .venv/bin/python bench/results/conv_widen_z4/whole_less_layout_vs_debug.py
+"""SqueezeNet1.1's first convolution plain (111 wide) and widened by conv-widen-output (112), each form
+measured as calibration measures a kernel: four times by the Measurer with calibration's settings (the
+worker process, no cost database), then six times in a row by hand the way the worker does it (the whole
+one-op program less its layout transforms) beside TVM's debug-executor time of the convolution kernel
+itself.
+    TVM_NUM_THREADS=1 .venv/bin/python bench/results/conv_widen_z4/first_conv_measurements.py
 """
-import numpy as np, tvm, sys
+import numpy as np, tvm
 from tvm import relay
 from relay_eqsat.passes.relay import from_relay
 from relay_eqsat.cost.instance import instances_from_graph
+from relay_eqsat.cost.measure import Measurer
+from relay_eqsat.cost.calibrate import CALIBRATION_CONFIG as cfg
 from relay_eqsat.passes.kernels import TVMRunner
 from relay_eqsat.passes.runtime import time_module, layout_transform_seconds, node_times
-from relay_eqsat.cost.calibrate import CALIBRATION_CONFIG as cfg
 tgt = "llvm -mtriple=x86_64-linux-gnu -mcpu=znver4"
 def net(pw):
     x = relay.var("x", shape=(1,3,224,224))
@@ -19,6 +23,14 @@ insts = []
 for pw in (0, 2):
     g = from_relay(net(pw))
     insts += [i for i in instances_from_graph(g) if i.op == "nn.conv2d"]
+print([str(i.out_type) for i in insts])
+print("Measurer, four times (ms):")
+measurer = Measurer(tgt, None, cfg, None)
+for r in range(4):
+    res = measurer.measure_many(insts, progress=False)
+    print(["%.4f" % (x.seconds*1e3) for x in res])
+measurer.close()
+print("whole less layout transforms (how the worker measures) vs the debug executor's convolution kernel (ms):")
 r = TVMRunner(tgt, cfg)
 loaded = [r._load(i) for i in insts]
 for rep in range(6):
