@@ -364,18 +364,19 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
         out["untimed"] = (f"one timing round takes {per_round:.2f} s: {RUNTIME_MIN_ROUNDS} rounds do not "
                           f"fit in check_time_limit={time_limit:g} s")
         return out
-    for mod in others:  # each runs about as long as the result: built only while the rounds still fit
+    for mod in others:  # built and timed only while the rounds still fit with it (it runs about as long as the result)
         if _timing_plan(one_run + [one_run[1]], time_repeat, time_limit)[0] < rounds:
-            out["others_untimed"] = len(others) - (len(runs) - 2)
             break
         m, first, err = built_and_checked(mod)
         out["max_error"] = max(out["max_error"], err)
+        seconds = _one_run_seconds(m, first, limit)
+        if _timing_plan(one_run + [seconds], time_repeat, time_limit)[0] < rounds:
+            break  # it ran slower than the result
         runs.append(m)
-        one_run.append(_one_run_seconds(m, first, limit))
-    if _timing_plan(one_run, time_repeat, time_limit)[0] < rounds:  # one ran slower than the result
-        out["others_untimed"] = len(others)
-        runs, one_run = runs[:2], one_run[:2]
-    rounds, wall, _ = _timing_plan(one_run, time_repeat, time_limit)
+        one_run.append(seconds)
+    if len(runs) - 2 < len(others):
+        out["others_untimed"] = len(others) - (len(runs) - 2)
+    wall = _timing_plan(one_run, time_repeat, time_limit)[1]
     t_before, *t_after = time_rounds(runs, repeat=rounds, min_repeat_ms=RUNTIME_MIN_REPEAT_MS, wall=wall)
     candidates = []
     for t in t_after:
@@ -467,17 +468,24 @@ def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, 
     return None
 
 
-def _module(typed: tvm.IRModule, func, graph: TensorGraph, signature, report: Mapping[str, Any]) -> tvm.IRModule:
-    """``typed`` with its main replaced by ``graph`` in Relay (the report's summary attached),
-    type-checked against ``func``'s type (RuntimeError if it differs)."""
-    new_func = to_relay(graph, signature=signature, attrs=func.attrs)
-    new_func = new_func.with_attr(REPORT_ATTR, json.dumps(_report_summary(report)))
-    new_mod = tvm.IRModule({gv: (new_func if gv.name_hint == "main" else f)
-                            for gv, f in typed.functions.items()}, typed.type_definitions)
-    new_mod = relay.transform.InferType()(new_mod)
+def _with_main(typed: tvm.IRModule, main) -> tvm.IRModule:
+    """``typed`` with ``main`` in place of its main, types inferred."""
+    return relay.transform.InferType()(tvm.IRModule(
+        {gv: (main if gv.name_hint == "main" else f) for gv, f in typed.functions.items()}, typed.type_definitions))
+
+
+def _module(typed: tvm.IRModule, func, graph: TensorGraph, signature) -> tvm.IRModule:
+    """``typed`` with its main replaced by ``graph`` in Relay, type-checked against ``func``'s type
+    (RuntimeError if it differs)."""
+    new_mod = _with_main(typed, to_relay(graph, signature=signature, attrs=func.attrs))
     if not tvm.ir.structural_equal(new_mod["main"].checked_type, func.checked_type):
         raise RuntimeError(f"the optimized main has type {new_mod['main'].checked_type}, not {func.checked_type}")
     return new_mod
+
+
+def _with_report(mod: tvm.IRModule, report: Mapping[str, Any]) -> tvm.IRModule:
+    """``mod`` with the report's summary in its main's :data:`REPORT_ATTR`."""
+    return _with_main(mod, mod["main"].with_attr(REPORT_ATTR, json.dumps(_report_summary(report))))
 
 
 def bind_params(mod: tvm.IRModule, params: Mapping[str, Any]) -> tvm.IRModule:
@@ -602,11 +610,11 @@ class EqSatPass:
                 self.last_report = report
                 log.info("EqSatPass: %s", format_summary(report))
                 return mod
-            new_mod = _module(typed, func, new_graph, signature, report)
+            new_mod = _with_report(_module(typed, func, new_graph, signature), report)
             others = []  # calibration's other candidates, for the runtime check
             for cand in alternatives if judgement.check_runtime and not opts["verify"] else ():
                 try:
-                    others.append((_module(typed, func, cand.graph, signature, report), cand))
+                    others.append((_module(typed, func, cand.graph, signature), cand))
                 except Exception:  # noqa: BLE001 - an alternative that fails is not timed
                     log.warning("EqSatPass: an alternative candidate could not be converted; not timed",
                                 exc_info=True)
@@ -633,13 +641,10 @@ class EqSatPass:
                 chosen = runtime_check(typed, new_mod, opts, report, judgement, [m for m, _ in others])
                 keep = chosen is not None
                 if chosen:  # one of calibration's other candidates measured fastest
-                    new_graph = others[chosen - 1][1].graph
-                    report.update(others[chosen - 1][1].report_fields(),
-                                  predicted_speedup=report["cost_before"] / others[chosen - 1][1].cost)
-                    try:  # the same program again, its report attribute now the chosen one's
-                        new_mod = _module(typed, func, new_graph, signature, report)
-                    except Exception:  # noqa: BLE001 - converted once already: keep that module
-                        new_mod = others[chosen - 1][0]
+                    mod_chosen, cand = others[chosen - 1]
+                    new_graph = cand.graph
+                    report.update(cand.report_fields(), predicted_speedup=report["cost_before"] / cand.cost)
+                    new_mod = _with_report(mod_chosen, report)
                 if judgement.check_runtime and not opts["verify"]:
                     verdicts.remember(typed, new_mod, opts, keep, report,
                                       won=(program_record(new_graph), _report_summary(report)))

@@ -223,16 +223,16 @@ def _same_program(a: TensorGraph, b: TensorGraph) -> bool:
     return a.output == b.output and a.nodes == b.nodes
 
 
-def _alternatives(egraph, candidates: Sequence[tuple], out: TensorGraph, cost_before: float,
+def _alternatives(egraph, candidates: Sequence[tuple], out: TensorGraph, below: float,
                   cost_model) -> list[Candidate]:
     """Calibration's candidates other than ``out`` (each distinct once) that the measured kernels
-    price below ``cost_before``, cheapest first, at most :data:`RUNTIME_ALTERNATIVES`."""
+    price below ``below``, cheapest first, at most :data:`RUNTIME_ALTERNATIVES`."""
     found: list[Candidate] = []
     for g, solution in candidates:
         if _same_program(g, out) or any(_same_program(g, c.graph) for c in found):
             continue
         cost = cost_model.graph_cost(g)
-        if cost < cost_before * (1 - 1e-6):
+        if cost < below:
             found.append(Candidate(g, cost, rules_in_program(egraph, solution.info.get("enodes", ()))))
     return sorted(found, key=lambda c: c.cost)[:RUNTIME_ALTERNATIVES]
 
@@ -323,8 +323,9 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
         if runtime_decides and cost_model.graph_cost(out) >= rep.cost_before * (1 - 1e-6):
             out, solution = candidates[0]  # measured kernels favour no candidate: the runtime will decide
             rep.info["calibration"]["vetoed"] = True
-        elif runtime_decides:
-            rep.alternatives = _alternatives(egraph, candidates, out, rep.cost_before, cost_model)
+        elif runtime_decides:  # what a result must cost to be kept (below): the alternatives too
+            rep.alternatives = _alternatives(egraph, candidates, out, rep.cost_before / (1 + min_gain) * (1 - 1e-6),
+                                             cost_model)
     rep.extract_time = time.perf_counter() - te
     rep.extractor, rep.extract_status, rep.optimal = extractor.name, solution.status, solution.optimal
     rep.info["extraction_cost"] = solution.cost
@@ -347,7 +348,6 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
         return out, rep
     if rep.cost_after < rep.cost_before / (1 + min_gain) * (1 - 1e-6):
         rep.changed, rep.reason = True, "cheaper program found"
-        rep.alternatives = [c for c in rep.alternatives if c.cost < rep.cost_before / (1 + min_gain) * (1 - 1e-6)]
         log.info("relay-eqsat: %s", rep.summary())
         return out, rep
     rep.changed, rep.alternatives = False, []
