@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYX := $(wildcard relay_eqsat/*/*.pyx relay_eqsat/*/*.pxd)
 # the pure-Python modules setup.py compiles (COMPILED_PY) are among these
-PY_COMPILED := $(wildcard relay_eqsat/types.py relay_eqsat/ops/*.py relay_eqsat/rules/*.py)
+PY_COMPILED := $(wildcard relay_eqsat/types.py relay_eqsat/ops/*.py relay_eqsat/rewrite/*.py)
 EXT_STAMP := $(VENV)/.ext-built
 DEMO_MODEL ?= zoo:nasrnn
 PYTEST_ARGS ?=
@@ -75,4 +75,4 @@ bench: $(EXT_STAMP)
 clean:
 	rm -rf build *.egg-info relay_eqsat/egraph/*.c relay_eqsat/egraph/*.so relay_eqsat/extract/*.c \
 		relay_eqsat/extract/*.so relay_eqsat/*.c relay_eqsat/*.so relay_eqsat/ops/*.c relay_eqsat/ops/*.so \
-		relay_eqsat/rules/*.c relay_eqsat/rules/*.so relay_eqsat/_compiled_sources.json $(EXT_STAMP)
+		relay_eqsat/rewrite/*.c relay_eqsat/rewrite/*.so relay_eqsat/_compiled_sources.json $(EXT_STAMP)

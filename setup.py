@@ -35,8 +35,8 @@ extensions = [
 # Profiled on e-graph growth (bench/egraph_throughput.py): planning a rule's right-hand side is
 # most of the time, and runs 2.2-2.6x faster compiled (--plan-replay). relay_eqsat/_compiled.py
 # keeps a changed source from running stale compiled code.
-COMPILED_PY = sorted(["relay_eqsat/types.py", "relay_eqsat/rules/rule.py", "relay_eqsat/rules/application.py",
-                      "relay_eqsat/rules/language.py", "relay_eqsat/rules/matching.py"]
+COMPILED_PY = sorted(["relay_eqsat/types.py", "relay_eqsat/rewrite/rule.py", "relay_eqsat/rewrite/application.py",
+                      "relay_eqsat/rewrite/language.py", "relay_eqsat/rewrite/matching.py"]
                      + [p for p in glob.glob("relay_eqsat/ops/*.py") if not p.endswith("__init__.py")])
 py_extensions = [Extension(src[:-3].replace("/", "."), [src], extra_compile_args=["-O2"]) for src in COMPILED_PY]
 

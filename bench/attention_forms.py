@@ -99,7 +99,7 @@ def run_case(modules: dict, inputs: dict, args) -> dict:
     """Build and time the forms of one case; each form's median, ratio to the first, output check."""
     import runtime_stats
 
-    from relay_eqsat.passes.runtime import output_error
+    from relay_eqsat.passes.runtime.build import output_error
 
     built = {f: runtime_stats.build_module(mod, inputs) for f, mod in modules.items()}
     timings = runtime_stats.time_built(built, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
@@ -115,7 +115,7 @@ def run_case(modules: dict, inputs: dict, args) -> dict:
 
 def scalar_params(mod) -> int:
     """How many 0-d constants TVM's build of ``mod`` passes to its kernels as parameters."""
-    from relay_eqsat.passes.runtime import build
+    from relay_eqsat.passes.runtime.build import build
 
     return sum(1 for p in build(mod).get_params().values() if not p.shape)
 

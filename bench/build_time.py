@@ -73,8 +73,8 @@ def parse_cases(text: str) -> list[tuple[str, int]]:
 def _child(conn, graph_bytes: bytes, stop_fusion: bool) -> None:
     """Build the graph through the backend, run it once and send (build seconds, max error)."""
     try:
-        from relay_eqsat.passes.relay import graph_to_module
-        from relay_eqsat.passes.runtime import build, output_error, random_inputs, run
+        from relay_eqsat.passes.relay.backend import graph_to_module
+        from relay_eqsat.passes.runtime.build import build, output_error, random_inputs, run
 
         graph = pickle.loads(graph_bytes)
         mod = graph_to_module(graph, stop_fusion=stop_fusion)
@@ -136,8 +136,8 @@ def nasrnn_program():
     """The program the pass's optimizer extracts for the zoo's NasRNN on this CPU's costs."""
     import zoo_models
 
-    from relay_eqsat.optimize import optimize_graph
-    from relay_eqsat.passes.target import host_target
+    from relay_eqsat.pipeline import optimize_graph
+    from relay_eqsat.passes.runtime.target import host_target
 
     graph = zoo_models.load_model("nasrnn", False)[2]
     out, rep = optimize_graph(graph, {"target": str(host_target()), "cost": "auto"}, progress=False)

@@ -32,12 +32,13 @@ def main(argv=None) -> int:
 
     from relay_eqsat.cost import calibrate
     from relay_eqsat.cost.base import CostModel
-    from relay_eqsat.optimize import OptimizeOptions, optimize_graph
-    from relay_eqsat.passes import runtime
-    from relay_eqsat.passes.eqsat_pass import bind_params
-    from relay_eqsat.passes.model_file import load_model_file
-    from relay_eqsat.passes.relay import from_relay, graph_to_module
-    from relay_eqsat.passes.target import host_target
+    from relay_eqsat.pipeline import OptimizeOptions, optimize_graph
+    from relay_eqsat.passes.runtime import build as runtime
+    from relay_eqsat.passes.relay.eqsat_pass import bind_params
+    from relay_eqsat.passes.cli.model_file import load_model_file
+    from relay_eqsat.passes.relay.frontend import from_relay
+    from relay_eqsat.passes.relay.backend import graph_to_module
+    from relay_eqsat.passes.runtime.target import host_target
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     mod, params = load_model_file(args.model)

@@ -7,8 +7,8 @@ channels <= ``oc_bn`` (``relay_eqsat/cost/simd.py`` cites the TVM functions):
 58 channels get 2-wide vectors. This sweep measures 1x1 and 3x3 convolutions,
 depthwise 3x3 (stride 1 and 2) and grouped 3x3 convolutions over channel counts
 and spatial sizes, each one built alone as the measuring worker builds it
-(``relay_eqsat.passes.kernels.relay_function``, opt_level 3, the host target,
-``passes/runtime.py``) and timed by TVM's debug executor per kernel: the
+(``relay_eqsat.passes.runtime.kernels.relay_function``, opt_level 3, the host target,
+``passes/runtime/build.py``) and timed by TVM's debug executor per kernel: the
 convolution's own kernel (the layout transforms AlterOpLayout puts around it
 are left out, as the cost model's kernel times leave them out; timing the
 convolution node itself rather than subtracting the transforms from the whole
@@ -104,8 +104,9 @@ def time_kernel(inst: OpInstance, target: str, repeat: int, min_repeat_ms: float
     one-op program (layout transforms included)."""
     import tvm
 
-    from relay_eqsat.passes.kernels import relay_function
-    from relay_eqsat.passes.runtime import build, executor, node_times, set_inputs, time_module
+    from relay_eqsat.passes.runtime.kernels import relay_function
+    from relay_eqsat.passes.runtime.build import build, executor, set_inputs
+    from relay_eqsat.passes.runtime.timing import node_times, time_module
 
     func, params, inputs = relay_function(inst)
     lib = build(func, params={k: tvm.nd.array(v) for k, v in params.items()}, target=target)
@@ -172,7 +173,7 @@ def run_sweep(argv, description: str, out: str, quick: str, measure, report, ref
     ``refresh(old)``, fitted and reported again); else ``measure(args, target, lanes) -> rows``
     on the target (``--target`` or the host's; exit status 2 where its code does not run here)
     and ``report(target, lanes, rows, args, machine)``."""
-    from relay_eqsat.passes.target import host_target, runs_here
+    from relay_eqsat.passes.runtime.target import host_target, runs_here
 
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--repeat", type=int, default=7, help="timings per kernel (median kept)")

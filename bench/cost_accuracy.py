@@ -35,7 +35,7 @@ land on one model's timings.
 --held-out adds a "held-out" column: each model predicted by a learned model trained on every
 measurement of the target (the cost database's rows and those shipped for it) except its own
 kernels, with fusion weights fitted to the other models' measured runtimes
-(relay_eqsat/cost/validate.py) -- the error to expect on a model nobody measured, on a CPU that
+(relay_eqsat/cost/held_out.py) -- the error to expect on a model nobody measured, on a CPU that
 has a model of its own. Each model run at full size is timed at its small configuration too (a
 "fit only" row): the fits of the other models use it (small graphs pin the per-kernel overhead),
 and a model's two sizes are held out together.
@@ -90,7 +90,7 @@ def rewritten_by(graph, rule, cost, args):
 
 
 def build_graph_module(graph, inputs):
-    from relay_eqsat.passes.relay import graph_to_module
+    from relay_eqsat.passes.relay.backend import graph_to_module
 
     return runtime_stats.build_module(graph_to_module(graph), inputs)
 
@@ -98,7 +98,7 @@ def build_graph_module(graph, inputs):
 def same_program(a, b) -> bool:
     import tvm
 
-    from relay_eqsat.passes.relay import to_relay
+    from relay_eqsat.passes.relay.backend import to_relay
 
     return bool(tvm.ir.structural_equal(to_relay(a), to_relay(b)))
 
@@ -106,8 +106,9 @@ def same_program(a, b) -> bool:
 def model_pairs(name: str, small: bool, costs: dict, args, base=None) -> list[dict]:
     """Measured and predicted (original, rewritten-by-one-rule) pairs of one model; ``base``: the
     model already built at that size (``runtime.Built``; else built here)."""
-    from relay_eqsat.passes.runtime import output_error, paired_ratio, time_rounds
-    from relay_eqsat.rules import load_rules
+    from relay_eqsat.passes.runtime.build import output_error
+    from relay_eqsat.passes.runtime.timing import paired_ratio, time_rounds
+    from relay_eqsat.rewrite import load_rules
 
     _, _, graph = zoo_models.load_model(name, small)
     graph = graph.compact()
@@ -172,7 +173,7 @@ def add_held_out(rows: list[dict], graphs: dict, cm) -> None:
     from relay_eqsat.cost import instances_from_graph
     from relay_eqsat.cost.cache import all_samples
     from relay_eqsat.cost.groups import fused_groups
-    from relay_eqsat.cost.validate import held_out
+    from relay_eqsat.cost.held_out import held_out
 
     samples = all_samples(cm.cache, cm.target, cm.backend)
     by_label = {label(r["model"], r["small"]): r for r in rows if r.get("measured")}
@@ -247,7 +248,7 @@ def main(argv=None):
     costs = {k: make_cost_model(k) for k in kinds}
     given, given_fit = {}, {}
     if args.whole_times:
-        from relay_eqsat.passes.measure_cli import read_whole_times
+        from relay_eqsat.passes.cli.measure import read_whole_times
 
         given = read_whole_times(args.whole_times, args.small)
         given_fit = fit_only_times(args.whole_times)

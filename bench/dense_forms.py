@@ -79,7 +79,7 @@ def form_module(form: str, x_shape: tuple[int, int], weight: np.ndarray):
 def run_shape(shape: tuple[int, int, int], forms: list[str], args) -> dict:
     import runtime_stats
 
-    from relay_eqsat.passes.runtime import output_error
+    from relay_eqsat.passes.runtime.build import output_error
 
     m, k, n = shape
     rng = np.random.default_rng(0)

@@ -59,7 +59,7 @@ import zoo_models
 
 def load_graph(name: str, small: bool):
     from relay_eqsat.passes import zoo
-    from relay_eqsat.passes.relay import from_relay
+    from relay_eqsat.passes.relay.frontend import from_relay
 
     return from_relay(*zoo.get(name, small=small))
 
@@ -72,7 +72,7 @@ RULE_SETS = ("same", "full")
 
 def run_ours(graph, node_limit: int, iter_limit: int, k_multi: int, rule_set: str = "full"):
     from relay_eqsat.egraph import EGraph
-    from relay_eqsat.rules import load_rules
+    from relay_eqsat.rewrite import load_rules
     from relay_eqsat.search import Limits, TensatScheduler
 
     eg = EGraph()
@@ -198,7 +198,7 @@ def plan_replay(name: str, small: bool, k_multi: int, node_limit: int, iter_limi
     planned again ``repeat`` times with every planning memo cleared (as in a fresh process) and
     checked to come out identical; the median milliseconds."""
     from relay_eqsat.egraph import core
-    from relay_eqsat.rules import application, rule as rule_mod
+    from relay_eqsat.rewrite import application, rule as rule_mod
 
     calls = []
     plan = application.application_plan
@@ -228,7 +228,7 @@ def plan_replay(name: str, small: bool, k_multi: int, node_limit: int, iter_limi
 
 def _planning_compiled() -> bool:
     """Whether this process's rule planning runs compiled (its extension module) or from source."""
-    import relay_eqsat.rules.rule as planning
+    import relay_eqsat.rewrite.rule as planning
 
     return not planning.__file__.endswith(".py")
 

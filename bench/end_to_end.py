@@ -76,7 +76,7 @@ def run_eqsat(mod, params, bound, options: dict):
     import tvm
 
     from relay_eqsat.passes import DEFAULT_OPTIONS, EqSatPass
-    from relay_eqsat.passes.eqsat_pass import bind_params
+    from relay_eqsat.passes.relay.eqsat_pass import bind_params
 
     takes_params = "params" in DEFAULT_OPTIONS
     p = EqSatPass(**options, params=params) if takes_params else EqSatPass(**options)
@@ -93,8 +93,8 @@ def run_eqsat(mod, params, bound, options: dict):
 def run_model(name: str, args) -> dict:
     import tvm
 
-    from relay_eqsat.passes.eqsat_pass import bind_params
-    from relay_eqsat.passes.runtime import output_error
+    from relay_eqsat.passes.relay.eqsat_pass import bind_params
+    from relay_eqsat.passes.runtime.build import output_error
 
     small = zoo_models.small_for(args, name)
     mod, params = zoo_models.load_model(name, small)[:2]

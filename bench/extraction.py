@@ -61,7 +61,7 @@ LARGE_TIME_S = 60.0   # in at most this many seconds
 def grow(graph, k_multi: int, node_limit: int, time_limit: float):
     """An e-graph of ``graph`` grown by TENSAT at ``k_multi`` (0: not grown); (egraph, root, report)."""
     from relay_eqsat.egraph import EGraph
-    from relay_eqsat.rules import load_rules
+    from relay_eqsat.rewrite import load_rules
     from relay_eqsat.search import Limits, TensatScheduler
 
     eg = EGraph()
@@ -75,7 +75,7 @@ def grow(graph, k_multi: int, node_limit: int, time_limit: float):
 
 def dump(problem, path: Path) -> Path:
     """Write ``problem`` as gzipped egraph-serialize JSON."""
-    from relay_eqsat.serialize import problem_to_dict
+    from relay_eqsat.extract.serialize import problem_to_dict
 
     data = problem_to_dict(problem)
     # our class data are TensorType objects; egraph-serialize wants JSON: {"type": "<repr>"}

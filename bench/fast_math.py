@@ -74,7 +74,7 @@ def scaled(shape, scale: float) -> tuple[int, ...]:
 def run_case(case: str, shape, exact: str, fast: str, args) -> dict:
     import runtime_stats
 
-    from relay_eqsat.passes.relay import graph_to_module
+    from relay_eqsat.passes.relay.backend import graph_to_module
 
     graphs = {"exact": case_graph(case, shape, exact), "fast": case_graph(case, shape, fast)}
     x = (np.random.default_rng(0).standard_normal(shape) * INPUT_STD).astype("float32")

@@ -78,7 +78,7 @@ def main(argv=None):
     from relay_eqsat.cost.learned import SHIPPED_DIR, LearnedCostModel, find_model, shipped_model_targets
 
     if args.target is None:
-        from relay_eqsat.passes.target import host_target
+        from relay_eqsat.passes.runtime.target import host_target
 
         args.target = host_target()
     target = normalize_target(args.target)

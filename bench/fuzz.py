@@ -1,10 +1,10 @@
 """Differential fuzzing, long runs: random graphs through the whole pass, compared with the input.
 
-Graph i is built from the i-th recipe of ``relay_eqsat.fuzz.draw_recipes(N, seed)``. The pass
-(``optimize_graph``, small limits: ``relay_eqsat.fuzz.PASS_OPTIONS``) runs on it ``--runs`` times:
+Graph i is built from the i-th recipe of ``relay_eqsat.testing.fuzz.draw_recipes(N, seed)``. The pass
+(``optimize_graph``, small limits: ``relay_eqsat.testing.fuzz.PASS_OPTIONS``) runs on it ``--runs`` times:
 the (scheduler, final extractor) pairs of the registries in turn, each for a CPU target or a
 GPU one (so the rules marked ``avoid cpu`` run too), under the analytic cost or the same
-cost jittered per node (``relay_eqsat.fuzz.JitterCost``: extraction then picks rewritten
+cost jittered per node (``relay_eqsat.testing.fuzz.JitterCost``: extraction then picks rewritten
 forms the real model would not), with TENSAT's cycle filter (efficient, vanilla, none),
 ``k_multi`` (1, 2) and the MCTS seed varied, and one run in seven stopped by a 150-node
 limit (mid-iteration). Each result must be a valid acyclic graph with the input's
@@ -62,7 +62,7 @@ K_MULTI = (1, 2)
 def configuration(i: int, j: int, options: dict) -> dict:
     """The j-th pass configuration of graph i: every (scheduler, extractor) pair in turn, with the
     target (CPU, GPU), the cost (analytic, jittered) and the search knobs changing at other rates."""
-    from relay_eqsat import fuzz
+    from relay_eqsat.testing import fuzz
 
     pairs = [(s, e) for s in fuzz.searches() for e in fuzz.extractors()]
     k = i * 7 + j  # 7 is prime to the 18 pairs: consecutive graphs start at other pairs
@@ -77,7 +77,7 @@ def configuration(i: int, j: int, options: dict) -> dict:
 
 
 def run_graph(graph, ref, configs):
-    from relay_eqsat import fuzz
+    from relay_eqsat.testing import fuzz
 
     return [fuzz.check_pass(graph, ref=ref, **c) for c in configs]
 
@@ -86,9 +86,10 @@ def tvm_check(graph, results, ref) -> list[str]:
     """Translate the input and each changed result to Relay (type-checked), build them for the host,
     run them, and compare their outputs with numpy's; also read each Relay program back with the
     frontend and compare what that graph computes."""
-    from relay_eqsat import fuzz
-    from relay_eqsat.passes.relay import from_relay, graph_to_module, opaque_evaluator
-    from relay_eqsat.passes.runtime import build_and_run
+    from relay_eqsat.testing import fuzz
+    from relay_eqsat.passes.relay.frontend import from_relay
+    from relay_eqsat.passes.relay.backend import graph_to_module, opaque_evaluator
+    from relay_eqsat.passes.runtime.build import build_and_run
 
     signature = [(graph[i].attrs["name"], graph[i].type) for i in graph.inputs]
     problems = []
@@ -114,7 +115,7 @@ def tvm_check(graph, results, ref) -> list[str]:
 
 def reduce_recipe(recipe, fails):
     """A smaller recipe that still ``fails``: steps dropped, then choices set to 0, one at a time."""
-    from relay_eqsat.fuzz import Recipe
+    from relay_eqsat.testing.fuzz import Recipe
 
     steps = list(recipe.steps)
     k = 0
@@ -139,7 +140,7 @@ def reduce_recipe(recipe, fails):
 
 def failure_record(i, recipe, res):
     """A failure with its reproducer, reduced to a small recipe that fails the same way."""
-    from relay_eqsat import fuzz
+    from relay_eqsat.testing import fuzz
 
     config = {"search": res.search, "extractor": res.extractor, "target": res.target,
               "jitter": None if res.cost == "analytic" else int(res.cost.split(":")[1]), "options": res.options}
@@ -150,7 +151,7 @@ def failure_record(i, recipe, res):
     small = reduce_recipe(recipe, fails)
     return {"graph": i, "status": res.status, "config": config, "message": res.message,
             "recipe": recipe.to_dict(), "reduced_recipe": small.to_dict(), "reduced_graph": repr(small.build()),
-            "reproducer": (f"relay_eqsat.fuzz.check_pass(relay_eqsat.fuzz.Recipe.from_dict({small.to_dict()}).build(), "
+            "reproducer": (f"relay_eqsat.testing.fuzz.check_pass(relay_eqsat.testing.fuzz.Recipe.from_dict({small.to_dict()}).build(), "
                            + ", ".join(f"{k}={v!r}" for k, v in config.items()) + ")")}
 
 
@@ -168,8 +169,9 @@ def cpu_name() -> str:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    from relay_eqsat import fuzz, ops
-    from relay_eqsat.rules import load_rules
+    from relay_eqsat.testing import fuzz
+    from relay_eqsat import ops
+    from relay_eqsat.rewrite import load_rules
 
     options = {"node_limit": args.node_limit, "time_limit": args.time_limit, "extract_time_limit": args.time_limit}
     rule_names = [r.name for r in load_rules("default")]

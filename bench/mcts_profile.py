@@ -21,9 +21,9 @@ import time
 
 
 def run_model(name: str, args) -> dict:
-    from relay_eqsat.optimize import optimize_graph
+    from relay_eqsat.pipeline import optimize_graph
     from relay_eqsat.passes import zoo
-    from relay_eqsat.passes.relay import from_relay
+    from relay_eqsat.passes.relay.frontend import from_relay
 
     t0 = time.perf_counter()
     mod, params = zoo.get(name, small=True) if args.small else zoo.get(name)

@@ -84,8 +84,8 @@ def main(argv=None):
 
     from relay_eqsat.cost import make_cost_model
     from relay_eqsat.extract import NodeCosts, egraph_problem, get_extractor, merge_cost, ocf_cost
-    from relay_eqsat.optimize import resolve_rules
-    from relay_eqsat.rules import rules_for_target
+    from relay_eqsat.pipeline import resolve_rules
+    from relay_eqsat.rewrite import rules_for_target
 
     cost = make_cost_model(args.cost)
     rules, _ = rules_for_target(resolve_rules("default"), None)

@@ -74,7 +74,7 @@ def report_row(rep) -> dict:
 
 def run_tensat(graph, cost, args, node_limit: int | None = None) -> dict:
     """TENSAT with k_multi raised until real saturation or the node limit; the last run's row."""
-    from relay_eqsat.optimize import OptimizeOptions, optimize_graph
+    from relay_eqsat.pipeline import OptimizeOptions, optimize_graph
 
     runs = []
     for k in range(1, args.max_k + 1):
@@ -95,7 +95,7 @@ def run_tensat(graph, cost, args, node_limit: int | None = None) -> dict:
 
 
 def run_mcts(graph, cost, args) -> dict:
-    from relay_eqsat.optimize import OptimizeOptions, optimize_graph
+    from relay_eqsat.pipeline import OptimizeOptions, optimize_graph
 
     opts = OptimizeOptions(search="mcts", node_limit=args.node_limit, budget=args.budget,
                            max_sim_steps=args.max_sim_steps, patience=args.patience, extractor=args.reward,
@@ -124,7 +124,7 @@ def _five(x: float | None) -> str:
 
 def code_version() -> dict:
     """The commit (and whether the checkout differs from it) and the rule count of this run."""
-    from relay_eqsat.optimize import resolve_rules
+    from relay_eqsat.pipeline import resolve_rules
 
     root = Path(__file__).resolve().parent.parent
 

@@ -72,7 +72,7 @@ import runtime_stats
 import tables
 import zoo_models
 from export_venv import ensure_export_venv, export_model, export_versions, run_ort
-from relay_eqsat.optimize import rules_in_words
+from relay_eqsat.pipeline import rules_in_words
 
 BENCH_DIR = Path(__file__).resolve().parent
 MODELS_DIR = BENCH_DIR / "models"
@@ -192,7 +192,7 @@ def make_inputs(specs: Sequence[Mapping], seed: int = 0) -> dict:
     integers uniform in the spec's [low, high) (token ids, a 0/1 mask)."""
     import numpy as np
 
-    from relay_eqsat.passes.runtime import random_inputs
+    from relay_eqsat.passes.runtime.build import random_inputs
 
     out = random_inputs({s["name"]: (s["shape"], s["dtype"]) for s in specs}, seed)
     rng = np.random.default_rng(seed + 1)
@@ -210,8 +210,8 @@ def shapes_arg(specs: Sequence[Mapping]) -> str:
 def load_onnx(path: Path, specs: Sequence[Mapping]):
     """The model as a user loads it (tvmc's ONNX frontend), weights bound as the pass binds them;
     ValueError if its inputs are not the specs'."""
-    from relay_eqsat.passes.cli import load_model
-    from relay_eqsat.passes.eqsat_pass import bind_params
+    from relay_eqsat.passes.cli.optimize import load_model
+    from relay_eqsat.passes.relay.eqsat_pass import bind_params
 
     mod, params = load_model(str(path), input_shapes=shapes_arg(specs))
     bound = bind_params(mod, params)
@@ -226,8 +226,8 @@ def load_onnx(path: Path, specs: Sequence[Mapping]):
 def load_zoo(name: str, small: bool, seed: int = 0):
     """A zoo model, weights bound, and seeded random inputs."""
     from relay_eqsat.passes import zoo
-    from relay_eqsat.passes.eqsat_pass import bind_params
-    from relay_eqsat.passes.runtime import random_inputs
+    from relay_eqsat.passes.relay.eqsat_pass import bind_params
+    from relay_eqsat.passes.runtime.build import random_inputs
 
     mod, params = zoo.get(name, small=small)
     bound = bind_params(mod, params)
@@ -240,7 +240,7 @@ def load_zoo(name: str, small: bool, seed: int = 0):
 
 def default_rules_without(names: Sequence[str]) -> list:
     """The default rule set less the rules ``names`` (ValueError naming any it does not have)."""
-    from relay_eqsat.optimize import resolve_rules
+    from relay_eqsat.pipeline import resolve_rules
 
     rules, left_out = resolve_rules("default"), set(names)
     unknown = sorted(left_out - {r.name for r in rules})
@@ -300,7 +300,7 @@ def _without_report(func):
     """``func`` without the pass's report attribute (timings in it differ from run to run)."""
     from tvm import relay
 
-    from relay_eqsat.passes.eqsat_pass import REPORT_ATTR
+    from relay_eqsat.passes.relay.eqsat_pass import REPORT_ATTR
 
     if not isinstance(func, relay.Function) or func.attrs is None or REPORT_ATTR not in func.attrs.keys():
         return func
@@ -352,7 +352,7 @@ def run_variants(bound, inputs: Mapping, variants: Sequence[str], args, referenc
     """Every variant of one model: pass, dedup, build each distinct program once, time them in
     paired rounds, compare outputs. Returns ``{variant: record}``. The programs the pass's
     runtime check built (the input and its result) are not built again."""
-    from relay_eqsat.passes.runtime import reuse_builds
+    from relay_eqsat.passes.runtime.build import reuse_builds
 
     with reuse_builds() as reuse:
         return _run_variants(bound, inputs, variants, args, reference, reuse)
@@ -362,7 +362,8 @@ def _run_variants(bound, inputs: Mapping, variants: Sequence[str], args, referen
                   reuse) -> dict:
     import numpy as np
 
-    from relay_eqsat.passes.runtime import WALL_CLOCK_S, build_and_run, output_error, paired_ratio, time_rounds
+    from relay_eqsat.passes.runtime.timing import WALL_CLOCK_S, paired_ratio, time_rounds
+    from relay_eqsat.passes.runtime.build import build_and_run, output_error
 
     records: dict[str, dict] = {BASELINE: {"opt_time": 0.0}}
     modules = {BASELINE: bound}

@@ -59,7 +59,7 @@ def family_of(name: str) -> str | None:
 
 def family_rules() -> dict[str, list]:
     """variant name -> the rule list it runs (gates removed)."""
-    from relay_eqsat.rules import load_rules
+    from relay_eqsat.rewrite import load_rules
 
     rules = [dataclasses.replace(r, avoid=()) for r in load_rules("default")]
     out = {"all": rules}

@@ -1,6 +1,6 @@
 """A model's variants built and timed for a bench table: :class:`Timing`.
 
-Building, running and the timer itself are ``relay_eqsat.passes.runtime``'s; here
+Building, running and the timer itself are ``relay_eqsat.passes.runtime.build``'s; here
 are the benchmarks' own choices: interleaved rounds of several timings each, and
 the statistics the tables report (median, quartiles, spread, slower beyond noise).
 """
@@ -52,8 +52,8 @@ def build_module(mod, inputs: Mapping, target: str | None = None, opt_level: int
                  sequence: Sequence = ()):
     """Build ``mod`` for ``target`` (default: the host) at ``opt_level`` — running the
     passes ``sequence`` first, inside the same PassContext — and run it once on ``inputs``:
-    ``relay_eqsat.passes.runtime.Built``."""
-    from relay_eqsat.passes.runtime import build_and_run
+    ``relay_eqsat.passes.runtime.build.Built``."""
+    from relay_eqsat.passes.runtime.build import build_and_run
 
     return build_and_run(mod, inputs, target, opt_level=opt_level, sequence=sequence)
 
@@ -64,7 +64,7 @@ def time_built(built: Mapping[str, Any], repeat: int = 10, min_repeat_ms: int = 
     per module, taken in ``rounds`` interleaved rounds so that drift of the machine's
     speed affects every module alike (the order rotates from round to round, so
     no module is always timed first); the median of each module's samples."""
-    from relay_eqsat.passes.runtime import timer
+    from relay_eqsat.passes.runtime.timing import timer
 
     samples: dict[str, list[float]] = {k: [] for k in built}
     names = list(built)

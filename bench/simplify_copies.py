@@ -4,10 +4,10 @@ FoldScaleAxis's run-time weight scaling.
 This TVM's ``SimplifyExpr`` (run by every ``relay.build``) rewrites
 ``add(x, x)`` to ``multiply(x, 2)`` without keeping the program's sharing,
 so operators upstream of it that are used elsewhere are built once per use
-(``relay_eqsat.passes.simplify_copies``); its ``FoldScaleAxis`` folds a
+(``relay_eqsat.passes.relay.simplify_copies``); its ``FoldScaleAxis`` folds a
 per-channel scale computed at run time (a squeeze-and-excitation gate, a
 hardswish before a batch-1 dense) into the weight, which is then scaled and
-re-packed on every inference (``relay_eqsat.passes.scale_guard``). For each
+re-packed on every inference (``relay_eqsat.passes.relay.scale_guard``). For each
 model the bench counts both in the model's own module (weights bound, as the
 user hands it to ``relay.build``) and in the same program in the frontend's
 form (``to_relay(from_relay(...))``, what EqSatPass hands back: it writes
@@ -41,7 +41,7 @@ def kernels(lib) -> int:
 
 
 def run_model(name: str, small: bool, rounds: int, min_repeat_ms: int) -> dict:
-    from relay_eqsat.passes.eqsat_pass import bind_params
+    from relay_eqsat.passes.relay.eqsat_pass import bind_params
     from tvm import relay
 
     mod, params, _ = zoo_models.load_model(name, small)
@@ -69,10 +69,12 @@ def compare_forms(row: dict, own, inputs: dict, rounds: int, min_repeat_ms: int)
     where they differ, both built, checked and timed."""
     import tvm
 
-    from relay_eqsat.passes.relay import from_relay, to_relay
-    from relay_eqsat.passes.runtime import build, executor, output_error, paired_ratio, run, time_rounds
-    from relay_eqsat.passes.scale_guard import runtime_scaled_weights
-    from relay_eqsat.passes.simplify_copies import copied_ops
+    from relay_eqsat.passes.relay.frontend import from_relay
+    from relay_eqsat.passes.relay.backend import to_relay
+    from relay_eqsat.passes.runtime.build import build, executor, output_error, run
+    from relay_eqsat.passes.runtime.timing import paired_ratio, time_rounds
+    from relay_eqsat.passes.relay.scale_guard import runtime_scaled_weights
+    from relay_eqsat.passes.relay.simplify_copies import copied_ops
     from tvm import relay
 
     form = relay.transform.InferType()(tvm.IRModule.from_expr(to_relay(from_relay(own))))

@@ -21,8 +21,8 @@ def machine_info() -> dict:
     try:
         import tvm
 
-        from relay_eqsat.passes.runtime import thread_count
-        from relay_eqsat.passes.target import host_target
+        from relay_eqsat.passes.runtime.build import thread_count
+        from relay_eqsat.passes.runtime.target import host_target
 
         info["tvm"] = tvm.__version__
         info["target"] = host_target()

@@ -49,7 +49,7 @@ def base_parser(doc: str, out_name: str, models: str = "all") -> argparse.Argume
 def load_model(name: str, small: bool):
     """``(mod, params, graph)``: the zoo model and its TensorGraph with the weights bound."""
     from relay_eqsat.passes import zoo
-    from relay_eqsat.passes.relay import from_relay
+    from relay_eqsat.passes.relay.frontend import from_relay
 
     mod, params = zoo.get(name, small=small)
     return mod, params, from_relay(mod, params)
@@ -58,6 +58,6 @@ def load_model(name: str, small: bool):
 def model_inputs(name: str, small: bool, seed: int = 0) -> dict:
     """Seeded random inputs for a zoo model."""
     from relay_eqsat.passes import zoo
-    from relay_eqsat.passes.runtime import random_inputs
+    from relay_eqsat.passes.runtime.build import random_inputs
 
     return random_inputs({k: (s, "float32") for k, s in zoo.input_shapes(name, small=small).items()}, seed)

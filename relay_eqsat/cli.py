@@ -40,11 +40,11 @@ log = logging.getLogger(__name__)
 
 # "name=module:function" for every subcommand, in the order `--help` lists them.
 COMMANDS: list[str] = [
-    "optimize=relay_eqsat.passes.cli:add_optimize_command",
-    "tvmc=relay_eqsat.passes.cli:add_tvmc_command",
+    "optimize=relay_eqsat.passes.cli.optimize:add_optimize_command",
+    "tvmc=relay_eqsat.passes.cli.optimize:add_tvmc_command",
     "extract=relay_eqsat.cli:add_extract_command",
-    "measure=relay_eqsat.passes.measure_cli:register",
-    "profile=relay_eqsat.passes.profile:add_profile_command",
+    "measure=relay_eqsat.passes.cli.measure:register",
+    "profile=relay_eqsat.passes.cli.profile:add_profile_command",
 ]
 
 
@@ -103,7 +103,7 @@ def _extractor_options(args) -> dict:
 
 def run_extract(args) -> int:
     from .extract import get_extractor
-    from .serialize import load_problem
+    from relay_eqsat.extract.serialize import load_problem
 
     with progress.ticking(f"reading {args.file}"):
         problem = load_problem(args.file)

@@ -10,9 +10,9 @@ raises ``ValueError`` naming the option, the value and what is allowed;
 :func:`argparse_kwargs` gives a command-line flag's ``type``/``choices``, so
 the CLIs reject what the pass would.
 
-Users: ``relay_eqsat.optimize.OptimizeOptions`` (the ``optimizer`` options),
+Users: ``relay_eqsat.pipeline.OptimizeOptions`` (the ``optimizer`` options),
 ``relay_eqsat.search.Limits`` and ``MCTSOptions`` (defaults and checks of their fields),
-``relay_eqsat.passes.eqsat_pass`` (all of them; it adds a TVM check of
+``relay_eqsat.passes.relay.eqsat_pass`` (all of them; it adds a TVM check of
 ``target`` with :func:`set_hook`), ``relay-eqsat optimize`` and ``relay-eqsat
 tvmc``. TVM-free.
 """
@@ -224,7 +224,7 @@ def _as_number(opt: Option, value: Any) -> int | float:
 
 def _as_rules(opt: Option, value: Any) -> Any:
     if isinstance(value, (list, tuple)):
-        from .rules import Rule
+        from .rewrite import Rule
 
         bad = [r for r in value if not isinstance(r, Rule)]
         if bad:
@@ -237,7 +237,7 @@ def _as_rules(opt: Option, value: Any) -> Any:
         return value
     if value.endswith(".rules"):
         if os.path.isfile(value):
-            # a path with a separator: relay_eqsat.optimize.resolve_rules reads it as a file
+            # a path with a separator: relay_eqsat.pipeline.resolve_rules reads it as a file
             return value if ("/" in value or "\\" in value) else os.path.join(".", value)
         raise ValueError(f"option rules: no rule file {value!r} (the file does not exist); expected "
                          f"{opt.describe()}")

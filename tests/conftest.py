@@ -24,7 +24,7 @@ def rng() -> np.random.Generator:
 def host_target() -> str:
     """The x86 LLVM target string for this machine (TVM's plain ``llvm`` is riscv64 here)."""
     pytest.importorskip("tvm")
-    from relay_eqsat.passes.target import host_target as _host_target
+    from relay_eqsat.passes.runtime.target import host_target as _host_target
 
     return _host_target()
 

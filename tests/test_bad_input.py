@@ -26,7 +26,7 @@ from relay_eqsat.cost import CostModel, KINDS, make_cost_model
 from relay_eqsat.cost.cache import CostCache
 from relay_eqsat.extract import EXTRACTORS
 from relay_eqsat.graph import Attrs, TensorGraph, TensorType
-from relay_eqsat.optimize import OptimizeOptions, optimize_graph, resolve_rules
+from relay_eqsat.pipeline import OptimizeOptions, optimize_graph, resolve_rules
 
 # a target with measurements and a learned model shipped in the package
 SHIPPED_TARGET = "llvm -mtriple=x86_64-linux-gnu -mcpu=znver3"
@@ -257,7 +257,7 @@ def test_bad_config_value_warns_and_keeps_the_module(tvm_mod):
 @pytest.mark.tvm
 def test_pass_optimizes_with_an_unusable_cost_database(tvm_mod, tmp_path, monkeypatch, caplog):
     from relay_eqsat.passes import EqSatPass
-    from relay_eqsat.passes.runtime import build_and_run, output_error, random_inputs
+    from relay_eqsat.passes.runtime.build import build_and_run, output_error, random_inputs
 
     db = _unusable_db("directory", tmp_path)
     monkeypatch.setenv("RELAY_EQSAT_COST_DB", str(db))
@@ -356,7 +356,7 @@ def test_optimize_bad_model_files_and_shapes(tmp_path, capfd):
 
 @pytest.mark.tvm
 def test_optimize_internal_error_is_exit_3(tmp_path, capfd, monkeypatch):
-    from relay_eqsat.passes import cli
+    from relay_eqsat.passes.cli import optimize as cli
 
     def broken(result):
         raise RuntimeError("boom")

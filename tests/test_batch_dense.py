@@ -17,8 +17,8 @@ from relay_eqsat import ops
 from relay_eqsat.cost import CostCache, OpInstance, make_cost_model
 from relay_eqsat.egraph import EGraph
 from relay_eqsat.graph import TensorGraph
-from relay_eqsat.optimize import OptimizeOptions, optimize_graph, resolve_rules
-from relay_eqsat.rules import Matcher, apply_matches
+from relay_eqsat.pipeline import OptimizeOptions, optimize_graph, resolve_rules
+from relay_eqsat.rewrite import Matcher, apply_matches
 from relay_eqsat.types import Attrs, TensorType
 
 RULE = "batch-matmul-dense-per-batch"
@@ -129,8 +129,8 @@ def test_batch_dense_as_tvm_builds_it_is_batch_matmul(b, m, n, k):
     tvm = pytest.importorskip("tvm")
     from tvm import relay
 
-    from relay_eqsat.passes.relay import graph_to_module
-    from relay_eqsat.passes.runtime import build_and_run
+    from relay_eqsat.passes.relay.backend import graph_to_module
+    from relay_eqsat.passes.runtime.build import build_and_run
 
     rng = np.random.default_rng(b * m + n)
     a = rng.standard_normal((b, m, k)).astype("float32")
@@ -148,8 +148,8 @@ def test_batch_dense_as_tvm_builds_it_is_batch_matmul(b, m, n, k):
 @pytest.mark.tvm
 def test_optimized_attention_gives_the_same_numbers_in_tvm():
     pytest.importorskip("tvm")
-    from relay_eqsat.passes.relay import graph_to_module
-    from relay_eqsat.passes.runtime import build_and_run, output_error
+    from relay_eqsat.passes.relay.backend import graph_to_module
+    from relay_eqsat.passes.runtime.build import build_and_run, output_error
 
     g = attention(b=4, m=32, k=16)
     out, rep = optimize_graph(g, OptimizeOptions(target=SPR, search="tensat", cost="learned"))

@@ -40,7 +40,7 @@ def test_same_rules_grow_the_same_e_graph_in_both_engines(model, k_multi):
 
 
 def test_same_rules_are_rules_of_the_default_set():
-    from relay_eqsat.rules import load_rules
+    from relay_eqsat.rewrite import load_rules
 
     names = {r.name for r in load_rules()}
     assert set(bench.SAME_RULES) <= names
@@ -49,7 +49,7 @@ def test_same_rules_are_rules_of_the_default_set():
 def test_grouped_convolutions_have_their_own_egglog_constructor():
     """egglog's merge concatenates weights along the output channels: only plain convolutions may match."""
     from relay_eqsat.passes import zoo
-    from relay_eqsat.passes.relay import from_relay
+    from relay_eqsat.passes.relay.frontend import from_relay
 
     graph = from_relay(*zoo.get("nasnet_a", small=True))
     head, _ = bench.build_egglog_program(graph, 1, 1)

@@ -68,7 +68,7 @@ def test_parse_args_rejects_bad_values(argv, capsys):
 
 
 def test_without_rules_adds_a_variant_with_the_defaults_less_those_rules():
-    from relay_eqsat.optimize import resolve_rules
+    from relay_eqsat.pipeline import resolve_rules
 
     args = real_models.parse_args(["--variants", "default", "--without-rules", "channel-shuffle-interleave,conv-merge"])
     assert args.variant_list == ["opt3", "default", "without_rules"]
@@ -101,7 +101,7 @@ def test_inputs_follow_the_specs():
 
 
 def test_same_program_ignores_the_report_attribute():
-    from relay_eqsat.passes.eqsat_pass import REPORT_ATTR
+    from relay_eqsat.passes.relay.eqsat_pass import REPORT_ATTR
 
     bias = np.arange(8, dtype=np.float32)
     a, b = _tiny(bias), _tiny(bias)

@@ -256,7 +256,7 @@ def test_retrain_shipped_rewrites_the_shipped_model(tmp_path, monkeypatch, capsy
 
     from relay_eqsat.cost import cache as cache_mod, learned as learned_mod
     from relay_eqsat.cost.cache import CostCache, shipped_samples, shipped_table_path
-    from relay_eqsat.passes import measure_cli as cli
+    from relay_eqsat.passes.cli import measure as cli
 
     monkeypatch.setattr(cache_mod, "SHIPPED_MEASUREMENTS", tmp_path)
     monkeypatch.setattr(learned_mod, "SHIPPED_DIR", tmp_path)

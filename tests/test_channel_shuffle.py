@@ -17,7 +17,7 @@ import pytest
 from relay_eqsat.cost import CostModel
 from relay_eqsat.egraph import EGraph
 from relay_eqsat.graph import TensorGraph
-from relay_eqsat.rules import Matcher, apply_matches, load_rules
+from relay_eqsat.rewrite import Matcher, apply_matches, load_rules
 
 RULE = next(r for r in load_rules() if r.name == "channel-shuffle-interleave")
 TRUST = dict(check_runtime="off", calibrate="off", min_gain=0.0, search="tensat", final_extractor="greedy-ocf",
@@ -101,8 +101,8 @@ def _unit_tail(c: int = 8, hw: int = 6):
 def test_pass_interleaves_the_shuffle_with_the_same_numbers():
     pytest.importorskip("tvm")
     from relay_eqsat.passes import EqSatPass
-    from relay_eqsat.passes.runtime import build, run
-    from relay_eqsat.passes.simplify_copies import op_calls
+    from relay_eqsat.passes.runtime.build import build, run
+    from relay_eqsat.passes.relay.simplify_copies import op_calls
 
     mod = _unit_tail()
     assert "transpose" in op_calls(mod)

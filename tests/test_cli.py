@@ -14,8 +14,8 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from relay_eqsat.cli import main  # noqa: E402
 from relay_eqsat.graph import Node  # noqa: E402
-from relay_eqsat.passes import eqsat_pass  # noqa: E402
-from relay_eqsat.passes.runtime import build, random_inputs, run  # noqa: E402
+from relay_eqsat.passes.relay import eqsat_pass  # noqa: E402
+from relay_eqsat.passes.runtime.build import build, random_inputs, run  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 
@@ -72,7 +72,7 @@ def test_optimize_zoo_model(tmp_path, capsys, no_host_data):
     (False, {}, None),
 ])
 def test_table_says_which_rules_the_program_came_from(changed, used, line):
-    from relay_eqsat.passes.cli import format_table
+    from relay_eqsat.passes.cli.optimize import format_table
 
     report = {"changed": changed, "rules_in_result": used, "cost_before": 2e-3, "cost_after": 1e-3,
               "rules_fired": {"dense-merge": 7}}
@@ -132,7 +132,7 @@ def test_tvmc_passthrough(capsys):
 def test_reuse_builds_builds_an_equal_module_once():
     from tvm import relay
 
-    from relay_eqsat.passes.runtime import reuse_builds
+    from relay_eqsat.passes.runtime.build import reuse_builds
 
     def func(scale):
         x = relay.var("x", shape=(2, 3))
@@ -152,7 +152,7 @@ def test_reuse_builds_builds_an_equal_module_once():
 def test_a_reused_build_reports_its_first_build_seconds():
     from tvm import relay
 
-    from relay_eqsat.passes import runtime
+    from relay_eqsat.passes.runtime import build as runtime
 
     x = relay.var("x", shape=(2, 3))
     func = relay.Function([x], relay.nn.relu(x))

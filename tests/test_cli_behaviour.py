@@ -19,7 +19,7 @@ import pytest
 from relay_eqsat import progress
 from relay_eqsat.cli import main
 from relay_eqsat.interrupt import EXIT_INTERRUPTED, child_pids
-from relay_eqsat.optimize import resolve_rules
+from relay_eqsat.pipeline import resolve_rules
 
 DATA = Path(__file__).parent / "data"
 CLI = [sys.executable, "-m", "relay_eqsat.cli"]
@@ -82,7 +82,7 @@ def test_extract_progress_and_log(capsys, monkeypatch):
 # -- timing within a budget ------------------------------------------------------------------
 
 def test_plan_timing_counts():
-    runtime = pytest.importorskip("relay_eqsat.passes.runtime")
+    runtime = pytest.importorskip("relay_eqsat.passes.runtime.build")
     # a fast program: enough runs per timing to last 50 ms, the most timings
     assert runtime.plan_timing([2e-4], 20.0) == (250, 7, False)
     # BERT before optimization, 14 s a run, two programs: one run per timing, the fewest timings,
@@ -104,7 +104,7 @@ class _SlowProgram:
 
 
 def test_time_within_a_slow_program_runs_only_the_timings():
-    runtime = pytest.importorskip("relay_eqsat.passes.runtime")
+    runtime = pytest.importorskip("relay_eqsat.passes.runtime.build")
     slow = [_SlowProgram(0.05), _SlowProgram(0.04)]
     # the first runs (made by the caller) say 1.5 s: timing 3 rounds would take 9 s of a 2 s budget
     timing = runtime.time_within(slow, budget=2.0, first_run_s=[1.5, 1.5])
@@ -130,7 +130,7 @@ class _EvaluatedProgram:
 
 
 def test_time_rounds_times_a_slow_program_by_the_wall_clock_and_a_fast_one_by_the_evaluator():
-    runtime = pytest.importorskip("relay_eqsat.passes.runtime")
+    runtime = pytest.importorskip("relay_eqsat.passes.runtime.build")
     slow, fast = _SlowProgram(0.01), _EvaluatedProgram(1e-3)
     t_slow, t_fast = runtime.time_rounds([slow, fast], repeat=4, min_repeat_ms=50, wall=[True, False])
     assert slow.runs == 4  # one run a timing: no warm-up timing, no untimed run before each
@@ -163,8 +163,8 @@ def test_optimize_verbose_progress_and_timing(onnx_file, tmp_path, capsys, monke
     out, err = capsys.readouterr()
     lines = [line for line in err.replace("\r", "\n").splitlines() if line.strip()]
     # -v: this package's steps, not TVM's compiler (te_compiler logs a line per operator at INFO)
-    assert any(line.startswith("relay_eqsat.passes.cli: loaded ") for line in lines)
-    assert any(line.startswith("relay_eqsat.passes.eqsat_pass: EqSatPass: changed") for line in lines)
+    assert any(line.startswith("relay_eqsat.passes.cli.optimize: loaded ") for line in lines)
+    assert any(line.startswith("relay_eqsat.passes.relay.eqsat_pass: EqSatPass: changed") for line in lines)
     assert not any("te_compiler" in line for line in lines)
     # progress: saturation, builds, timing
     for step in ("saturating:", "building the original program", "building the optimized program", "timing:"):
@@ -184,7 +184,7 @@ def test_optimize_verbose_progress_and_timing(onnx_file, tmp_path, capsys, monke
 
 @pytest.mark.tvm
 def test_plot_without_matplotlib_fails_before_any_work(capsys, monkeypatch):
-    from relay_eqsat.passes import cli as passes_cli
+    from relay_eqsat.passes.cli import optimize as passes_cli
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
 
@@ -265,7 +265,7 @@ def test_extraction_leaves_ctrl_c_to_python():
     (then nothing is raised: the exit 0 with nothing printed this test gave in such runs)."""
     code = ("import signal, sys, time; signal.signal(signal.SIGINT, signal.default_int_handler); "
             "from relay_eqsat.extract import get_extractor; "
-            "from relay_eqsat.serialize import load_problem; "
+            "from relay_eqsat.extract.serialize import load_problem; "
             "s = get_extractor('ilp-acyc').extract(load_problem(sys.argv[1]), None, time_limit=10)\n"
             "assert s.optimal and s.solve_time > 0, s  # CP-SAT ran\n"
             "try:\n    signal.raise_signal(signal.SIGINT); time.sleep(5)\n"

@@ -71,7 +71,7 @@ def test_the_source_finder_goes_before_the_extension_module(tmp_path):
 
 
 def _run_status(env_extra: dict) -> dict:
-    code = ("import json, relay_eqsat, relay_eqsat._compiled as c, relay_eqsat.rules.rule as r; "
+    code = ("import json, relay_eqsat, relay_eqsat._compiled as c, relay_eqsat.rewrite.rule as r; "
             "print(json.dumps(dict(c.status(), rule_file=r.__file__)))")
     out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], capture_output=True,
                          text=True, env={**os.environ, **env_extra})
@@ -84,7 +84,7 @@ def test_this_build_runs_its_compiled_modules_or_the_sources():
         # a source tree nobody built (pytest run without `make ext`, which `make test` always runs)
         pytest.skip("no build record: the pure-Python modules were never compiled in this checkout")
     st = _run_status({_compiled.PURE_ENV: "0"})
-    assert "relay_eqsat.rules.rule" in st["compiled"] and not st["from_source"]  # the build is current
+    assert "relay_eqsat.rewrite.rule" in st["compiled"] and not st["from_source"]  # the build is current
     assert not st["rule_file"].endswith(".py")
     pure = _run_status({_compiled.PURE_ENV: "1"})
     assert pure["pure_python"] and not pure["compiled"] and pure["rule_file"].endswith("rule.py")

@@ -185,7 +185,7 @@ def test_a_batch_norm_alone_is_measured_and_an_older_harness_failure_tried_again
     import sqlite3
 
     from relay_eqsat.cost import measure
-    from relay_eqsat.passes.kernels import product_fan_in, relay_function
+    from relay_eqsat.passes.runtime.kernels import product_fan_in, relay_function
 
     bn = OpInstance.make("nn.batch_norm", dict(axis=1, epsilon=1e-5, center=True, scale=True),
                          [TensorType((1, 8, 4, 4))] + [TensorType((8,))] * 4)
@@ -689,7 +689,7 @@ def test_fit_fusion_recovers_weights():
 
 
 def test_held_out_models_never_see_their_kernels_or_runtimes(monkeypatch):
-    from relay_eqsat.cost import validate
+    from relay_eqsat.cost import held_out as validate
 
     graphs = {}
     for name, (c, h, relus) in {"a": (8, 8, 1), "b": (16, 8, 2), "c": (32, 16, 0), "d": (16, 16, 1)}.items():
@@ -779,7 +779,7 @@ def test_fusion_rule_travels_with_the_model(tmp_path):
 # -- the measure subcommand -------------------------------------------------------------------
 
 def test_cli_registers():
-    from relay_eqsat.passes import measure_cli as cli
+    from relay_eqsat.passes.cli import measure as cli
 
     parser = argparse.ArgumentParser(prog="relay-eqsat")
     sub = parser.add_subparsers(dest="command")
@@ -791,7 +791,7 @@ def test_cli_registers():
 @pytest.mark.tvm
 def test_cli_measure_small_model(tmp_path, capsys):
     pytest.importorskip("tvm")
-    from relay_eqsat.passes import measure_cli as cli
+    from relay_eqsat.passes.cli import measure as cli
 
     parser = argparse.ArgumentParser(prog="relay-eqsat")
     cli.register(parser.add_subparsers(dest="command"))
@@ -812,8 +812,8 @@ def test_stream_probe_measured_with_tvm(capsys):
     pytest.importorskip("tvm")
     from relay_eqsat.cost.measure import BackendUnavailable, MeasureConfig
     from relay_eqsat.cost.streams import probe_instance
-    from relay_eqsat.passes import measure_cli as cli
-    from relay_eqsat.passes.kernels import TVMRunner, TorchRunner, relay_function
+    from relay_eqsat.passes.cli import measure as cli
+    from relay_eqsat.passes.runtime.kernels import TVMRunner, TorchRunner, relay_function
 
     probe = probe_instance(64 * 64 * 4, 4 * 64 * 64 * 4)
     func, params, inputs = relay_function(probe)
@@ -843,8 +843,8 @@ def test_small_convolution_measured_less_its_layout_transforms(monkeypatch):
     pytest.importorskip("tvm")
     from relay_eqsat import ops
     from relay_eqsat.cost.instance import OpInstance
-    from relay_eqsat.passes import kernels, runtime
-    from relay_eqsat.passes.kernels import TVMRunner
+    from relay_eqsat.passes.runtime import kernels, build as runtime
+    from relay_eqsat.passes.runtime.kernels import TVMRunner
 
     def node_times(lib, *args, **kwargs):
         nodes = json.loads(lib.get_graph_json())["nodes"]
@@ -870,7 +870,7 @@ def test_cli_measure_remeasure(capsys):
     pytest.importorskip("tvm")
     from relay_eqsat import ops
     from relay_eqsat.cost.instance import OpInstance
-    from relay_eqsat.passes import measure_cli as cli
+    from relay_eqsat.passes.cli import measure as cli
 
     ins = (TensorType((1, 16, 4, 4), "float32"), TensorType((16, 16, 1, 1), "float32"))
     conv = OpInstance("nn.conv2d", ops.normalize_attrs("nn.conv2d", {"channels": 16, "kernel_size": (1, 1)},
@@ -892,7 +892,7 @@ def test_cli_measure_remeasure(capsys):
 def test_debug_overhead():
     """The debug executor's per-kernel cost: the kernels' sum beyond the whole run, per kernel,
     within [0, the smallest kernel]; inputs and parameters (no time) are not kernels."""
-    from relay_eqsat.passes.runtime import debug_overhead
+    from relay_eqsat.passes.runtime.timing import debug_overhead
 
     k = {"op": "tvm_op"}
     times = [({"op": "null"}, None), (k, 0.8e-6), (k, 1.0e-6), (k, 0.8e-6)]
@@ -906,7 +906,7 @@ def test_cli_measure_sweep_without_models(tmp_path, capsys):
     """--sweep N measures N kernels of the generic sweep (here with no model at all); a negative
     size is a clear error."""
     pytest.importorskip("tvm")
-    from relay_eqsat.passes import measure_cli as cli
+    from relay_eqsat.passes.cli import measure as cli
     from relay_eqsat.cost.sweep import sweep_instances
 
     parser = argparse.ArgumentParser(prog="relay-eqsat")
@@ -926,7 +926,7 @@ def test_cli_measure_sweep_without_models(tmp_path, capsys):
 
 
 def test_read_whole_times(tmp_path):
-    from relay_eqsat.passes.measure_cli import read_whole_times
+    from relay_eqsat.passes.cli.measure import read_whole_times
 
     e2e = {"rows": [{"model": "nasrnn", "small": False, "variants": {"opt3": {"median_s": 3.5e-3}}},
                     {"model": "bert", "small": True, "variants": {"opt3": {"median_s": 1e-3}}}]}
@@ -945,7 +945,7 @@ def test_cli_fit_only_from_bench_times(tmp_path, capsys):
     """--fit-only refits the existing model's fusion weights to whole-model
     times from a file: nothing measured, the model saved with the new rule."""
     pytest.importorskip("tvm")
-    from relay_eqsat.passes import measure_cli as cli
+    from relay_eqsat.passes.cli import measure as cli
     from relay_eqsat.cost.learned import load_model
 
     assert load_model(TARGET, "tvm-llvm") is not None  # the shipped default at least
@@ -982,7 +982,7 @@ def test_ship_writes_model_and_measurements_for_the_target(tmp_path, monkeypatch
     """--ship saves the model and the target's measurements as the package's
     data for that target, and a CostModel on that target then uses both."""
     from relay_eqsat.cost import cache as cache_mod, learned as learned_mod
-    from relay_eqsat.passes.measure_cli import _save
+    from relay_eqsat.passes.cli.measure import _save
     from relay_eqsat.cost.learned import find_model
 
     monkeypatch.setattr(cache_mod, "SHIPPED_MEASUREMENTS", tmp_path)

@@ -18,7 +18,7 @@ import pytest
 from relay_eqsat.cost import CostModel
 from relay_eqsat.egraph import EGraph
 from relay_eqsat.graph import TensorGraph
-from relay_eqsat.rules import Matcher, apply_matches, load_rules
+from relay_eqsat.rewrite import Matcher, apply_matches, load_rules
 
 RULES = {r.name: r for r in load_rules() if r.name.startswith("batch-matmul-const-to-dense")}
 #: the pass as it decides without measuring (test_safe_default.py tests the measured default)
@@ -136,8 +136,8 @@ def _optimize(mod):
 ])
 def test_pass_rewrites_to_dense_with_same_numbers(transpose_b, x_shape, w_shape):
     pytest.importorskip("tvm")
-    from relay_eqsat.passes.runtime import build, run
-    from relay_eqsat.passes.simplify_copies import op_calls
+    from relay_eqsat.passes.runtime.build import build, run
+    from relay_eqsat.passes.relay.simplify_copies import op_calls
 
     rng = np.random.default_rng(0)
     w = rng.standard_normal(w_shape).astype("float32")
@@ -163,7 +163,7 @@ def test_pass_does_not_treat_a_non_constant_batch_matmul_as_a_layer():
     product as one dense per batch entry (batch_dense, tests/test_batch_dense.py), with the same
     numbers."""
     pytest.importorskip("tvm")
-    from relay_eqsat.passes.runtime import build, run
+    from relay_eqsat.passes.runtime.build import build, run
 
     rng = np.random.default_rng(1)
     w = np.zeros((1, 16, 32), "float32")

@@ -13,7 +13,7 @@ import pytest
 from relay_eqsat.egraph import EGraph
 from relay_eqsat.extract import build_graph, egraph_problem, get_extractor
 from relay_eqsat.graph import TensorGraph
-from relay_eqsat.rules import Matcher, apply_matches, apply_search_matches
+from relay_eqsat.rewrite import Matcher, apply_matches, apply_search_matches
 from relay_eqsat.search.base import Limits, SearchReport
 from relay_eqsat.search.mcts import MCTSOptions, MCTSScheduler
 from relay_eqsat.search.runner import Runner

@@ -8,7 +8,7 @@ from relay_eqsat import ops
 from relay_eqsat.egraph import EGraph, Program
 from relay_eqsat.extract import build_graph, egraph_problem
 from relay_eqsat.graph import TensorGraph, TensorType
-from relay_eqsat.rules import Matcher, apply_matches, load_rules, parse_pattern
+from relay_eqsat.rewrite import Matcher, apply_matches, load_rules, parse_pattern
 
 F = TensorType((2, 3))
 
@@ -22,7 +22,7 @@ def const(eg, name, shape=(2, 3)):
 
 
 def pattern(text):
-    from relay_eqsat.rules import read_one
+    from relay_eqsat.rewrite import read_one
 
     return Program(parse_pattern(read_one(text), {}))
 

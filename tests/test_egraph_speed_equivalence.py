@@ -16,7 +16,7 @@ import pytest
 
 from relay_eqsat.egraph import EGraph, join_flat
 from relay_eqsat.graph import TensorGraph
-from relay_eqsat.rules import Matcher, flat_join, load_rules
+from relay_eqsat.rewrite import Matcher, flat_join, load_rules
 from relay_eqsat.search import Limits, TensatScheduler
 
 from test_egraph import pattern, var

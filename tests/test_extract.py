@@ -15,7 +15,7 @@ from relay_eqsat.extract import (EXTRACTORS, ExtractionError, ExtractionProblem,
 from relay_eqsat.extract.cycles import (class_graph, cycle_basis, dfs_cycle_blacklist, find_cycle_in_choice,
                                         nodes_on_cycles, simple_cycles, strongly_connected_components)
 from relay_eqsat.extract.presolve import integer_weights, reduce_problem, tie_break_weights, undominated
-from relay_eqsat.serialize import load_problem
+from relay_eqsat.extract.serialize import load_problem
 
 DATA = Path(__file__).parent / "data"
 EXACT = ("ilp-topo", "ilp-acyc", "maxsat")
@@ -550,7 +550,7 @@ def test_egraph_ocf_cost_equals_greedy_ocf_on_the_problem():
     from relay_eqsat.egraph import EGraph
     from relay_eqsat.extract import NodeCosts, egraph_problem, ocf_cost
     from relay_eqsat.graph import TensorGraph
-    from relay_eqsat.rules import load_rules
+    from relay_eqsat.rewrite import load_rules
     from relay_eqsat.search.base import Limits
     from relay_eqsat.search.tensat import TensatScheduler
 
@@ -582,7 +582,7 @@ def test_extract_graph_refines_with_the_program_cost(name):
     from relay_eqsat.cost.base import standalone_elementwise
     from relay_eqsat.egraph import EGraph
     from relay_eqsat.graph import TensorGraph
-    from relay_eqsat.rules import load_rules
+    from relay_eqsat.rewrite import load_rules
     from relay_eqsat.search import Limits, TensatScheduler
 
     g = TensorGraph()

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from relay_eqsat.graph import TensorGraph
-from relay_eqsat.optimize import OptimizeOptions, optimize_graph, resolve_rules
-from relay_eqsat.rules import RuleSyntaxError, parse_rules, rules_for_target
+from relay_eqsat.pipeline import OptimizeOptions, optimize_graph, resolve_rules
+from relay_eqsat.rewrite import RuleSyntaxError, parse_rules, rules_for_target
 
 FAST = {"exp": "fast_exp", "tanh": "fast_tanh", "erf": "fast_erf", "sigmoid": "fast_sigmoid",
         "nn.softmax": "nn.fast_softmax"}
@@ -100,8 +100,8 @@ def test_optimizer_takes_the_fast_forms_only_with_fast_math(fast_math):
 @pytest.mark.parametrize("exact", list(FAST))
 def test_fast_ops_match_the_exact_functions_as_tvm_builds_them(exact):
     pytest.importorskip("tvm")
-    from relay_eqsat.passes.relay import graph_to_module
-    from relay_eqsat.passes.runtime import build_and_run
+    from relay_eqsat.passes.relay.backend import graph_to_module
+    from relay_eqsat.passes.runtime.build import build_and_run
 
     rng = np.random.default_rng(3)
     x = np.concatenate([np.array(EDGES, "float32"), (rng.standard_normal(2 * 64 - len(EDGES)) * 4).astype("float32")])
@@ -121,8 +121,8 @@ def test_fast_erf_keeps_nan_that_tvms_own_maps_to_one():
     tvm = pytest.importorskip("tvm")
     from tvm import relay
 
-    from relay_eqsat.passes.relay import graph_to_module
-    from relay_eqsat.passes.runtime import build_and_run
+    from relay_eqsat.passes.relay.backend import graph_to_module
+    from relay_eqsat.passes.runtime.build import build_and_run
 
     x = np.array([np.nan, 0.5, -np.inf], "float32")
     v = relay.var("x", shape=(3,))
@@ -136,8 +136,8 @@ def test_fast_erf_keeps_nan_that_tvms_own_maps_to_one():
 @pytest.mark.tvm
 def test_optimized_gelu_softmax_gives_the_same_numbers_in_tvm():
     pytest.importorskip("tvm")
-    from relay_eqsat.passes.relay import graph_to_module
-    from relay_eqsat.passes.runtime import build_and_run, output_error
+    from relay_eqsat.passes.relay.backend import graph_to_module
+    from relay_eqsat.passes.runtime.build import build_and_run, output_error
 
     g = gelu_softmax((8, 128))
     out, rep = optimize_graph(g, OptimizeOptions(target=SPR, search="tensat", final_extractor="greedy-ocf",

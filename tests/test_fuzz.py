@@ -1,4 +1,4 @@
-"""Differential fuzzing (``relay_eqsat.fuzz``) on a small budget: random well-typed graphs go
+"""Differential fuzzing (``relay_eqsat.testing.fuzz``) on a small budget: random well-typed graphs go
 through the whole pass with every scheduler and every final extractor, and the result must
 compute what the input does (numpy reference; a subset also built and run by TVM).
 
@@ -19,9 +19,10 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
-from relay_eqsat import fuzz, ops  # noqa: E402
+from relay_eqsat.testing import fuzz
+from relay_eqsat import ops  # noqa: E402
 from relay_eqsat.graph import TensorGraph  # noqa: E402
-from relay_eqsat.rules import parse_rules  # noqa: E402
+from relay_eqsat.rewrite import parse_rules  # noqa: E402
 
 #: a fixed, small budget: the same examples on every run
 FUZZ = settings(max_examples=12, derandomize=True, database=None, deadline=None, print_blob=False,
@@ -83,7 +84,7 @@ RELU_DROP = parse_rules("rule relu-drop\n  lhs (nn.relu ?x)\n  rhs ?x\n", "plant
 
 
 def test_a_planted_miscompile_shrinks_to_a_minimal_graph(monkeypatch):
-    from relay_eqsat import optimize
+    from relay_eqsat import pipeline as optimize
 
     monkeypatch.setattr(optimize, "check_user_rules", lambda rules, trust=False: [])
 
@@ -132,8 +133,8 @@ def test_the_pass_keeps_the_meaning_of_random_graphs(recipe):
 
 def tvm_outputs(graph: TensorGraph, signature, inputs) -> list[np.ndarray]:
     """``graph`` as Relay (type-checked by InferType), built for the host and run."""
-    from relay_eqsat.passes.relay import graph_to_module
-    from relay_eqsat.passes.runtime import build_and_run
+    from relay_eqsat.passes.relay.backend import graph_to_module
+    from relay_eqsat.passes.runtime.build import build_and_run
 
     mod = graph_to_module(graph, signature=signature)
     outputs = build_and_run(mod, inputs).outputs
@@ -145,7 +146,8 @@ def tvm_outputs(graph: TensorGraph, signature, inputs) -> list[np.ndarray]:
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(fuzz.recipes(max_steps=MAX_STEPS))
 def test_tvm_runs_the_input_and_the_result_as_numpy_does(host_target, recipe):
-    from relay_eqsat.passes.relay import from_relay, graph_to_module
+    from relay_eqsat.passes.relay.frontend import from_relay
+    from relay_eqsat.passes.relay.backend import graph_to_module
 
     g = recipe.build()
     ref = fuzz.reference(g)

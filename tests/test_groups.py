@@ -188,7 +188,7 @@ def test_cli_measure_takes_the_models_groups(tmp_path, capsys):
     import argparse
 
     from relay_eqsat.cost.instance import instances_from_graph
-    from relay_eqsat.passes import measure_cli as cli
+    from relay_eqsat.passes.cli import measure as cli
 
     parser = argparse.ArgumentParser(prog="relay-eqsat")
     cli.register(parser.add_subparsers(dest="command"))
@@ -218,7 +218,7 @@ def test_a_groups_product_gets_a_models_weights_so_its_epilogue_sees_order_one_v
     operands are drawn zero-mean and scaled by its fan-in; other constants (a batch norm's
     variance) stay positive."""
     pytest.importorskip("tvm")
-    from relay_eqsat.passes.kernels import product_fan_in, relay_function
+    from relay_eqsat.passes.runtime.kernels import product_fan_in, relay_function
 
     k = 1024
     g = TensorGraph()

@@ -79,7 +79,7 @@ def test_the_cost_model_does_not_fuse_across_a_cut():
 def test_the_optimizers_report_counts_the_cuts_of_its_result():
     """Exact tanh nested four deep become fast_tanh under the ``approx`` rules: the result's fourth
     is cut from the third, and the report says so; kept exact, nothing is cut."""
-    from relay_eqsat.optimize import optimize_graph
+    from relay_eqsat.pipeline import optimize_graph
 
     g, _ = _chain(["tanh"] * 4, width=1024)
     opts = {"cost": "learned", "target": "llvm -mtriple=x86_64-linux-gnu -mcpu=znver4"}

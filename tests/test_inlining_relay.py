@@ -16,9 +16,9 @@ from test_inlining import _chain  # noqa: E402
 
 from relay_eqsat.graph import TensorType  # noqa: E402
 from relay_eqsat.passes import from_relay  # noqa: E402
-from relay_eqsat.passes.relay import graph_to_module  # noqa: E402
-from relay_eqsat.passes.runtime import build, output_error, run  # noqa: E402
-from relay_eqsat.passes.target import host_target  # noqa: E402
+from relay_eqsat.passes.relay.backend import graph_to_module  # noqa: E402
+from relay_eqsat.passes.runtime.build import build, output_error, run  # noqa: E402
+from relay_eqsat.passes.runtime.target import host_target  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 

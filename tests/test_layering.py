@@ -3,7 +3,7 @@ PyTorch, nor ``relay_eqsat.passes``; only ``passes/`` talks to TVM.
 
 The exceptions are the two front doors, importing the TVM side lazily: the package's
 ``relay_eqsat.EqSatPass`` (``relay_eqsat/__init__.py``'s ``__getattr__``) and the users' pytest
-plugin's ``eqsat`` fixture (``relay_eqsat/pytest_plugin.py``).
+plugin's ``eqsat`` fixture (``passes/regression/plugin.py``).
 """
 from __future__ import annotations
 
@@ -21,12 +21,16 @@ import relay_eqsat
 CORE = Path(relay_eqsat.__file__).resolve().parent
 FORBIDDEN = ("tvm", "torch", "relay_eqsat.passes")
 #: (file relative to the core, enclosing function, module imported): the allowed exceptions
-ALLOWED = {("__init__.py", "__getattr__", "relay_eqsat.passes"),
-           ("pytest_plugin.py", "eqsat", "relay_eqsat.passes")}
+ALLOWED = {("__init__.py", "__getattr__", "relay_eqsat.passes")}
+#: ``passes/``, installed as ``relay_eqsat.passes`` (beside the core in a checkout, inside it in a wheel)
+PASSES = CORE / "passes" if (CORE / "passes").is_dir() else CORE.parent / "passes"
 
 
 def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(CORE.parent).with_suffix("").parts)
+    try:
+        parts = ["relay_eqsat", "passes", *path.relative_to(PASSES).with_suffix("").parts]
+    except ValueError:
+        parts = list(path.relative_to(CORE.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -45,11 +49,14 @@ def _resolve(path: Path, module: str, level: int) -> str:
 
 def _imports_py(path: Path):
     """(imported module, enclosing function or None, line) for every import statement of a
-    Python file, function-local ones included; ``from a import b`` yields both a and a.b."""
+    Python file, function-local ones included (not those under ``if TYPE_CHECKING:``, which never
+    run); ``from a import b`` yields both a and a.b."""
     tree = ast.parse(path.read_text(), str(path))
 
     def visit(node, func):
         for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
             inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else func
             if isinstance(child, ast.Import):
                 for alias in child.names:
@@ -146,3 +153,88 @@ def test_the_measuring_worker_is_a_passes_module():
         module, _, function = spec.partition(":")
         assert callable(getattr(importlib.import_module(module), function))
     assert callable(worker.worker_main)
+
+
+def _sources():
+    """(module name, path) of every source of the package: the core and ``passes/``."""
+    for root in (CORE, PASSES):
+        for ext in ("*.py", "*.pyx", "*.pxd"):
+            for path in sorted(root.rglob(ext)):
+                if "__pycache__" not in path.parts:
+                    yield _module_name(path), path
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the package's modules it imports (a ``.pyx`` and its ``.pxd`` are one module;
+    ``from a import b`` is an edge to ``a.b`` when that is a module, else to ``a``)."""
+    sources = list(_sources())
+    modules = {name for name, _ in sources}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in sources:
+        by_statement: dict[int, list[str]] = {}
+        for module, _, line in (_imports_py(path) if path.suffix == ".py" else _imports_pyx(path)):
+            by_statement.setdefault(line, []).append(module)
+        for names in by_statement.values():
+            base, members = names[0], [m for m in names[1:] if m.startswith(names[0] + ".")]
+            targets = [m for m in members if m in modules]
+            if not members or len(targets) < len(members):
+                targets.append(base)
+            graph[name].update(t for t in targets if t in modules and t != name)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def connect(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return out
+
+
+def test_cycles_finds_a_cycle_through_function_level_imports(tmp_path):
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    code = tmp_path / "m.py"
+    code.write_text("import os\ndef f():\n    from relay_eqsat.cost import base\n")
+    assert ("relay_eqsat.cost.base", "f", 3) in set(_imports_py(code))
+
+
+def test_module_imports_form_a_dag():
+    graph = import_graph()
+    assert "relay_eqsat.passes.relay.eqsat_pass" in graph and "relay_eqsat.egraph.core" in graph
+    assert "relay_eqsat.pipeline" in graph["relay_eqsat.passes.relay.eqsat_pass"]
+    found = cycles(graph)
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_pytest_plugin_imports_tvm_only_in_its_fixture():
+    plugin = PASSES / "regression" / "plugin.py"
+    for module, func, line in _imports_py(plugin):
+        if _forbidden(module) and module != "relay_eqsat.passes" and not module.startswith("relay_eqsat.passes.regression"):
+            pytest.fail(f"passes/regression/plugin.py:{line}: imports {module}")
+        if module.startswith("relay_eqsat.passes.regression.fixture") or module == "tvm":
+            assert func == "eqsat", f"passes/regression/plugin.py:{line}: {module} outside the fixture"

@@ -5,7 +5,7 @@ import pytest
 from relay_eqsat.egraph import EGraph
 from relay_eqsat.extract import build_graph, egraph_problem, get_extractor
 from relay_eqsat.graph import TensorGraph
-from relay_eqsat.rules import parse_rules
+from relay_eqsat.rewrite import parse_rules
 from relay_eqsat.search.base import Limits
 from relay_eqsat.search.mcts import MCTS, EGraphEnvironment, MCTSOptions, MCTSScheduler
 from relay_eqsat.search.tensat import TensatScheduler
@@ -247,7 +247,7 @@ def test_first_rule_is_chosen_by_the_best_return_found_below_it(seed):
 
 def test_patience_comes_from_the_options():
     """The schema's option reaches the scheduler (the pass, the CLI and tvmc build it from options)."""
-    from relay_eqsat.optimize import OptimizeOptions
+    from relay_eqsat.pipeline import OptimizeOptions
 
     assert MCTSScheduler.from_options(OptimizeOptions(search="mcts")).options.patience == 8
     assert MCTSScheduler.from_options(OptimizeOptions(search="mcts", patience="3")).options.patience == 3

@@ -10,12 +10,12 @@ from relay_eqsat.egraph import EGraph
 from relay_eqsat.extract import (ExtractionProblem, InfeasibleError, NodeCosts, egraph_problem,
                                  get_extractor, greedy_merge, greedy_ocf, ilp_acyc, merge_cost, ocf_cost,
                                  solution_cost, validate_solution)
-from relay_eqsat.extract.validate import reachable_classes
+from relay_eqsat.extract.validity import reachable_classes
 from relay_eqsat.extract.ocf import ocf_choice
-from relay_eqsat.extract.shared import improve_shared
+from relay_eqsat.extract.merge_kernel import improve_shared
 from relay_eqsat.graph import TensorGraph
-from relay_eqsat.optimize import OptimizeOptions
-from relay_eqsat.rules import parse_rules
+from relay_eqsat.pipeline import OptimizeOptions
+from relay_eqsat.rewrite import parse_rules
 from relay_eqsat.search.base import Limits
 from relay_eqsat.search.mcts import MCTS, EGraphEnvironment, MCTSOptions, MCTSScheduler
 from relay_eqsat.search.tensat import TensatScheduler

@@ -135,7 +135,7 @@ def test_the_core_registers_no_tvm_parts():
 @pytest.mark.tvm
 def test_relay_conversions_are_registered_both_ways():
     pytest.importorskip("tvm")
-    from relay_eqsat.passes.relay import MODELLED_OPS
+    from relay_eqsat.passes.relay.frontend import MODELLED_OPS
 
     assert MODELLED_OPS == set(KERNEL_OPS)
     for name in MODELLED_OPS:
@@ -147,11 +147,11 @@ def test_relay_conversions_are_registered_both_ways():
 @pytest.mark.tvm
 def test_measuring_parts_come_from_the_table():
     """The measuring worker's per-op parts are the OpDef's: a torch equivalent for every
-    kernel op (registered by passes/torch_ops.py), weight slots bound as params."""
+    kernel op (registered by passes/runtime/torch_ops.py), weight slots bound as params."""
     pytest.importorskip("tvm")
     from relay_eqsat.cost.instance import OpInstance
     from relay_eqsat.graph import TensorType
-    from relay_eqsat.passes.kernels import relay_function
+    from relay_eqsat.passes.runtime.kernels import relay_function
 
     assert all(callable(ops.OPS[name].torch) for name in KERNEL_OPS)
     x, w = TensorType((2, 8), "float32"), TensorType((4, 8), "float32")
@@ -184,7 +184,7 @@ def shipped_only(tmp_path, monkeypatch):
 @functools.lru_cache(maxsize=None)
 def _zoo_graph(name):
     from relay_eqsat.passes import zoo
-    from relay_eqsat.passes.relay import from_relay
+    from relay_eqsat.passes.relay.frontend import from_relay
 
     mod, params = zoo.get(name, small=True)[:2]
     return from_relay(mod, params)

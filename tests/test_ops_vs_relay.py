@@ -1,6 +1,6 @@
 """Every modelled op's shape inference against Relay's InferType, on random cases.
 
-For each op with a Relay conversion (``passes/relay.py``'s ``MODELLED_OPS``),
+For each op with a Relay conversion (``passes/relay/frontend.py``'s ``MODELLED_OPS``),
 seeded random shapes and Relay-style attributes (size-1 dimensions, negative
 axes, short padding forms, reshape codes, slices with strides, negative
 indices and ends beyond the dimension, reductions over None/one/several axes
@@ -34,7 +34,8 @@ from tvm import relay  # noqa: E402
 from relay_eqsat import ops  # noqa: E402
 from relay_eqsat.graph import TensorType  # noqa: E402
 from relay_eqsat.ops import ShapeError  # noqa: E402
-from relay_eqsat.passes.relay import MODELLED_OPS, convert_type, from_relay, to_relay  # noqa: E402
+from relay_eqsat.passes.relay.frontend import MODELLED_OPS, convert_type, from_relay
+from relay_eqsat.passes.relay.backend import to_relay  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from relay_eqsat.graph import TensorGraph
-from relay_eqsat.optimize import OptimizeReport, optimize_graph
+from relay_eqsat.pipeline import OptimizeReport, optimize_graph
 
 # the analytic (roofline) cost for a fixed CPU, so the result does not depend on the host
 OPTIONS = {"cost": "analytic", "target": "llvm -mcpu=znver4", "rules": "default", "node_limit": 500,
@@ -87,7 +87,7 @@ def test_nothing_cheaper_keeps_the_input(search):
 
 
 def test_report_names_the_rules_the_result_came_from():
-    from relay_eqsat.rules import load_rules
+    from relay_eqsat.rewrite import load_rules
 
     g = parallel_dense()
     opts = {**OPTIONS, "search": "tensat", "final_extractor": "ilp-acyc"}
@@ -126,7 +126,7 @@ def test_optimize_graph_imports_no_tvm():
         import sys
         sys.path.insert(0, sys.argv[1])
         from test_optimize import OPTIONS, TRUST, parallel_dense
-        from relay_eqsat.optimize import optimize_graph
+        from relay_eqsat.pipeline import optimize_graph
         for search in ("tensat", "mcts"):
             out, rep = optimize_graph(parallel_dense(), {**OPTIONS, "search": search}, **TRUST)
             assert rep.changed, rep.summary()

@@ -22,9 +22,9 @@ tvm = pytest.importorskip("tvm")
 from tvm import relay  # noqa: E402
 
 from relay_eqsat.passes import EqSatPass, from_relay, zoo  # noqa: E402
-from relay_eqsat.passes.eqsat_pass import REPORT_ATTR, bind_params  # noqa: E402
-from relay_eqsat.passes.relay import to_relay  # noqa: E402
-from relay_eqsat.passes.runtime import build, random_inputs, run  # noqa: E402
+from relay_eqsat.passes.relay.eqsat_pass import REPORT_ATTR, bind_params  # noqa: E402
+from relay_eqsat.passes.relay.backend import to_relay  # noqa: E402
+from relay_eqsat.passes.runtime.build import build, random_inputs, run  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 
@@ -182,7 +182,7 @@ def test_params_option_binds_weights_and_logs(caplog, no_host_data):
     mod, params = zoo.get("nasnet_a", small=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with caplog.at_level("INFO", logger="relay_eqsat.passes.eqsat_pass"):
+        with caplog.at_level("INFO", logger="relay_eqsat.passes.relay.eqsat_pass"):
             eqsat = EqSatPass(params=params, **FAST)
             out = eqsat(mod)
     assert [p.name_hint for p in out["main"].params] == ["data"]

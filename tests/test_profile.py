@@ -11,7 +11,7 @@ tvm = pytest.importorskip("tvm")
 
 from relay_eqsat.cli import main  # noqa: E402
 from relay_eqsat.graph import TensorGraph  # noqa: E402
-from relay_eqsat.passes.profile import kernel_kind, match_graph_nodes  # noqa: E402
+from relay_eqsat.passes.cli.profile import kernel_kind, match_graph_nodes  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 
@@ -47,7 +47,7 @@ def test_profile_zoo_model(tmp_path, capsys):
 def test_profile_after_the_pass(tmp_path, capsys, monkeypatch):
     """--eqsat profiles what EqSatPass returns (its defaults; here without measuring, so the test
     is fast): the header says what the pass did, the kernels are the returned program's."""
-    import relay_eqsat.passes.profile as profile_mod
+    import relay_eqsat.passes.cli.profile as profile_mod
     from relay_eqsat.passes import EqSatPass
 
     monkeypatch.setattr(profile_mod, "make_pass", lambda target: EqSatPass(target=target, check_runtime="off",

@@ -1,4 +1,4 @@
-"""The users' pytest plugin (``relay_eqsat.pytest_plugin``: the ``eqsat`` fixture, marker, options,
+"""The users' pytest plugin (``relay_eqsat.passes.regression.plugin``: the ``eqsat`` fixture, marker, options,
 snapshots, ``--eqsat-measure``), through pytest's ``pytester``: each test writes a small user suite
 and runs pytest on it in a subprocess (TVM in the outer process stays out of the inner runs).
 
@@ -137,7 +137,7 @@ def test_the_summary_lists_the_calls_made_in_pytest_xdist_workers(pytester):
 
 
 def test_snapshot_comparison_fields_and_tolerance():
-    from relay_eqsat.passes import snapshots
+    from relay_eqsat.passes.regression import snapshots
 
     old = {"format": 1, "model": "m", "target": "llvm", "changed": True, "fingerprint": "sha256:a",
            "cost_before": 2e-3, "cost_after": 1e-3, "rules_fired": {"dense-merge": 2}, "egraph_nodes": 30,
@@ -156,7 +156,7 @@ def test_snapshot_comparison_fields_and_tolerance():
 
 
 def test_snapshot_check_statuses(tmp_path):
-    from relay_eqsat.passes import snapshots
+    from relay_eqsat.passes.regression import snapshots
 
     path = tmp_path / "snap" / "t.json"
     current = {"model": "m", "target": "llvm", "cost_after": 1e-3, "fingerprint": "sha256:a"}

@@ -27,9 +27,10 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from tvm import relay  # noqa: E402
 
 from relay_eqsat.graph import Node, TensorGraph, TensorType  # noqa: E402
-from relay_eqsat.passes.relay import IllTypedGraph, check_types, from_relay, to_relay  # noqa: E402
-from relay_eqsat.passes.runtime import build, output_error, random_inputs, run  # noqa: E402
-from relay_eqsat.passes.target import host_target  # noqa: E402
+from relay_eqsat.passes.relay.backend import IllTypedGraph, check_types, to_relay
+from relay_eqsat.passes.relay.frontend import from_relay  # noqa: E402
+from relay_eqsat.passes.runtime.build import build, output_error, random_inputs, run  # noqa: E402
+from relay_eqsat.passes.runtime.target import host_target  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 

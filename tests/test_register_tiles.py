@@ -18,7 +18,7 @@ import pytest
 
 from relay_eqsat.egraph import EGraph
 from relay_eqsat.graph import TensorGraph
-from relay_eqsat.rules import Matcher, apply_matches, load_rules
+from relay_eqsat.rewrite import Matcher, apply_matches, load_rules
 
 RULES = {r.name: r for r in load_rules()
          if r.name in ("conv-split-width", "conv1x1-split-height", "bias-add-over-concat", "add-over-concat-slices")}
@@ -107,8 +107,8 @@ def _optimize(mod, target):
 @pytest.mark.tvm
 def test_pass_splits_spilling_convolutions_for_avx2_with_same_numbers():
     pytest.importorskip("tvm")
-    from relay_eqsat.passes.runtime import build, run
-    from relay_eqsat.passes.simplify_copies import op_calls
+    from relay_eqsat.passes.runtime.build import build, run
+    from relay_eqsat.passes.relay.simplify_copies import op_calls
 
     mod = _block(28, 28, c=32)
     out, report = _optimize(mod, ZNVER1)
@@ -125,7 +125,7 @@ def test_pass_splits_spilling_convolutions_for_avx2_with_same_numbers():
 def test_left_out_for_avx512_and_gpus():
     """AVX-512's 32 registers hold every tile the rules split: they are not searched there (nor on
     GPUs); every other CPU target keeps them, the host (None) too."""
-    from relay_eqsat.rules import rules_for_target
+    from relay_eqsat.rewrite import rules_for_target
 
     names = set(RULES)
     for target, kept in ((ZNVER1, True), ("llvm -mtriple=x86_64-linux-gnu -mcpu=haswell", True), (None, True),
@@ -140,7 +140,7 @@ def test_left_out_for_avx512_and_gpus():
 @pytest.mark.tvm
 def test_pass_leaves_them_out_for_avx512():
     pytest.importorskip("tvm")
-    from relay_eqsat.passes.simplify_copies import op_calls
+    from relay_eqsat.passes.relay.simplify_copies import op_calls
 
     out, report = _optimize(_block(28, 28, c=32), ZNVER4)
     assert "conv-split-width" in report["info"]["rules_avoided"] and not report["rules_fired"].get("conv-split-width")

@@ -18,9 +18,11 @@ from relay_eqsat.graph import TensorGraph, TensorType  # noqa: E402
 from relay_eqsat.passes import (  # noqa: E402
     EqSatPass, EqSatVerificationError, UnsupportedProgram, eqsat_config, from_relay,
     graph_to_module, opaque_evaluator, to_relay)
-from relay_eqsat.passes import eqsat_pass  # noqa: E402
-from relay_eqsat.passes.relay import MODELLED_OPS  # noqa: E402
-from relay_eqsat.passes.runtime import build, random_inputs, run  # noqa: E402
+from relay_eqsat.passes.relay import eqsat_pass  # noqa: E402
+from relay_eqsat.passes.relay import config  # noqa: E402
+from relay_eqsat.passes.runtime import decision  # noqa: E402
+from relay_eqsat.passes.relay.frontend import MODELLED_OPS  # noqa: E402
+from relay_eqsat.passes.runtime.build import build, random_inputs, run  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 
@@ -395,7 +397,7 @@ def test_unsupported_attrs_and_type_disagreement_stay_opaque(monkeypatch, caplog
         return TensorType((1,)) if op == "exp" else real(op, attrs, input_types)
 
     monkeypatch.setattr(ops, "infer_type", exp_disagrees)
-    with caplog.at_level("WARNING", logger="relay_eqsat.passes.relay"):
+    with caplog.at_level("WARNING", logger="relay_eqsat.passes.relay.frontend"):
         graph, _ = roundtrip(relay.Function([x, w], relay.tanh(relay.exp(y))))
     opaque = {graph.opaque[n.attrs["key"]].name: graph.opaque[n.attrs["key"]].reason
               for n in graph.nodes if n.op == "opaque"}
@@ -414,7 +416,7 @@ def test_opaque_evaluator_caches_builds():
     a, b = graph.evaluate(inputs, opaque_eval=ev)
     np.testing.assert_array_equal(a, np.argmax(inputs["x"], axis=1))
     np.testing.assert_array_equal(b, a)
-    from relay_eqsat.passes import relay as frontend
+    from relay_eqsat.passes.relay import frontend
     keys = [k for k, entries in frontend._OPAQUE_CACHE.items()
             for f, _ in entries if "argmax" in str(f) and "(2, 6)" in str(f)]
     assert len(keys) == 1  # both argmax nodes share one compiled function
@@ -489,7 +491,7 @@ def test_pass_context_config_reaches_options():
     opts = p.last_options
     assert (opts["node_limit"], opts["verify"], opts["search"], opts["seed"]) == (123, True, "mcts", 7)
     assert opts["time_limit"] == 2.0 and isinstance(opts["time_limit"], float)
-    assert opts["k_multi"] == eqsat_pass.DEFAULT_OPTIONS["k_multi"]
+    assert opts["k_multi"] == config.DEFAULT_OPTIONS["k_multi"]
     assert p.last_report["verify_error"] <= 1e-5  # verify ran
     q = EqSatPass(node_limit=5)  # constructor options win over the config
     with tvm.transform.PassContext(config={"relay.eqsat.node_limit": 123}):
@@ -560,9 +562,9 @@ def test_check_runtime_keeps_only_measured_faster(monkeypatch, before, after, ke
     """check_runtime builds and times both programs in paired rounds; the
     decision follows the per-round ratios (the timer is replaced: no timing
     assertions): a 2% median speedup, faster in at least 8 of the 9 rounds."""
-    assert (eqsat_pass.RUNTIME_REPEAT, eqsat_pass.RUNTIME_MIN_WINS) == (9, 8)
+    assert (decision.RUNTIME_REPEAT, decision.RUNTIME_MIN_WINS) == (9, 8)
     monkeypatch.setattr(eqsat_pass, "optimize", _copy_optimizer)
-    monkeypatch.setattr(eqsat_pass, "time_rounds", lambda modules, **kw: [list(before), list(after)])
+    monkeypatch.setattr(decision, "time_rounds", lambda modules, **kw: [list(before), list(after)])
     mod = relay.transform.InferType()(small_net())
     p = EqSatPass(check_runtime=True)
     out = p(mod)
@@ -589,7 +591,7 @@ def test_check_runtime_rejects_wrong_or_unbuildable_results(monkeypatch):
         raise tvm.TVMError("no kernel for you")
 
     monkeypatch.setattr(eqsat_pass, "optimize", _copy_optimizer)
-    monkeypatch.setattr(eqsat_pass, "build_and_run", failing_build)
+    monkeypatch.setattr(decision, "build_and_run", failing_build)
     p = EqSatPass(check_runtime=True)
     with pytest.warns(UserWarning, match="build failed|building for the runtime check failed"):
         out = p(mod)
@@ -649,7 +651,7 @@ def test_target_helpers(host_target):
         assert str(target.attrs["mtriple"]).startswith("x86_64") and str(target.attrs["mcpu"])
     mod = small_net()
     inputs = param_inputs(typed(mod["main"]))
-    from relay_eqsat.passes.runtime import measure
+    from relay_eqsat.passes.runtime.timing import measure
 
     seconds = measure(mod, None, inputs, number=2, repeat=3)
     assert 0 < seconds < 1.0

@@ -14,8 +14,8 @@ import pytest
 
 from relay_eqsat.egraph import EGraph
 from relay_eqsat.graph import TensorGraph
-from relay_eqsat.optimize import optimize_graph
-from relay_eqsat.rules import Matcher, apply_matches, apply_search_matches, parse_rules
+from relay_eqsat.pipeline import optimize_graph
+from relay_eqsat.rewrite import Matcher, apply_matches, apply_search_matches, parse_rules
 from relay_eqsat.search.base import Limits
 from relay_eqsat.search.tensat import TensatScheduler
 
@@ -113,8 +113,8 @@ def test_shipped_rules_never_mismatch_on_a_zoo_model():
     """The default rules keep types on a real model's saturated e-graph."""
     pytest.importorskip("tvm")
     from relay_eqsat.passes import zoo
-    from relay_eqsat.passes.relay import from_relay
-    from relay_eqsat.rules import load_rules
+    from relay_eqsat.passes.relay.frontend import from_relay
+    from relay_eqsat.rewrite import load_rules
 
     mod, params = zoo.get("squeezenet", small=True)
     eg = EGraph()

@@ -1,7 +1,7 @@
 """The rule language, the TENSAT loader, and numerical verification of every shipped rule.
 
 For each rule and each of its ``example`` bindings, the verifier
-(``relay_eqsat.rule_check.verify_rule``) builds the source patterns as a
+(``relay_eqsat.rewrite.check.verify_rule``) builds the source patterns as a
 concrete TensorGraph (leaves with the example shapes; constants where the
 rule requires them), checks that the e-matcher finds the match with its
 preconditions true, instantiates the targets with the very code the e-graph
@@ -15,16 +15,9 @@ import pytest
 
 from relay_eqsat.egraph import EGraph
 from relay_eqsat.graph import TensorGraph
-from relay_eqsat.rule_check import verify_rule
-from relay_eqsat.rules import (
-    Matcher,
-    RuleSyntaxError,
-    apply_matches,
-    load_rules,
-    load_tensat,
-    parse_rules,
-    shipped_rule_files,
-)
+from relay_eqsat.rewrite.check import verify_rule
+from relay_eqsat.rewrite import (Matcher, RuleSyntaxError, apply_matches, load_rules, load_tensat, parse_rules,
+    shipped_rule_files)
 
 SHIPPED = [(f, r) for f in shipped_rule_files() for r in load_rules(f)]
 

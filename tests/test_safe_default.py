@@ -16,15 +16,18 @@ import pytest
 from relay_eqsat.cost import CostModel, FusionRule
 from relay_eqsat.cost.base import ANALYTIC_ERROR, FOREIGN_ERROR
 from relay_eqsat.graph import TensorGraph
-from relay_eqsat.optimize import optimize_graph
+from relay_eqsat.pipeline import optimize_graph
 
 tvm = pytest.importorskip("tvm")
 from tvm import relay  # noqa: E402
 
-from relay_eqsat.passes import EqSatPass, eqsat_pass  # noqa: E402
-from relay_eqsat.passes.runtime import build, run  # noqa: E402
-from relay_eqsat.passes.target import host_target, runs_here  # noqa: E402
-from relay_eqsat.passes.verdicts import program_from_record, program_hash, program_record  # noqa: E402
+from relay_eqsat.passes import EqSatPass
+from relay_eqsat.passes.relay import eqsat_pass  # noqa: E402
+from relay_eqsat.passes.relay import config  # noqa: E402
+from relay_eqsat.passes.runtime import decision  # noqa: E402
+from relay_eqsat.passes.runtime.build import build, run  # noqa: E402
+from relay_eqsat.passes.runtime.target import host_target, runs_here  # noqa: E402
+from relay_eqsat.passes.runtime.verdicts import program_from_record, program_hash, program_record  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 
@@ -72,9 +75,9 @@ def test_runs_here():
 
 
 def test_wins_needed_is_a_sign_test():
-    assert eqsat_pass.wins_needed(9) == 8 == eqsat_pass.RUNTIME_MIN_WINS
-    assert eqsat_pass.wins_needed(6) == 6
-    assert eqsat_pass.wins_needed(5) == 6  # no count of wins in 5 rounds is significant
+    assert decision.wins_needed(9) == 8 == decision.RUNTIME_MIN_WINS
+    assert decision.wins_needed(6) == 6
+    assert decision.wins_needed(5) == 6  # no count of wins in 5 rounds is significant
 
 
 # -- what the decision rests on -------------------------------------------------------------
@@ -98,26 +101,26 @@ class _Model:
 
 
 def _opts(**kw):
-    return {**eqsat_pass.DEFAULT_OPTIONS, **kw}
+    return {**config.DEFAULT_OPTIONS, **kw}
 
 
 def test_judge_on_this_machine():
-    j = eqsat_pass.judge(_opts(), _Model())
+    j = decision.judge(_opts(), _Model())
     assert (j.check_runtime, j.calibrate, j.min_gain, j.fallback_gain) == (True, True, 0.0, 0.4)
     own = _Model()
     own.has_host_data = True  # shipped data covers what it was measured on, not a rewrite's new kernels
-    assert eqsat_pass.judge(_opts(), own).calibrate is True
-    j = eqsat_pass.judge(_opts(check_runtime="off", calibrate="off"), _Model())
+    assert decision.judge(_opts(), own).calibrate is True
+    j = decision.judge(_opts(check_runtime="off", calibrate="off"), _Model())
     assert (j.check_runtime, j.calibrate, j.min_gain) == (False, False, 0.4)
-    assert eqsat_pass.judge(_opts(check_runtime="off", min_gain=0.05), _Model()).min_gain == 0.05
+    assert decision.judge(_opts(check_runtime="off", min_gain=0.05), _Model()).min_gain == 0.05
 
 
 def test_judge_cross_compiling():
-    j = eqsat_pass.judge(_opts(target=ARM), _Model())
+    j = decision.judge(_opts(target=ARM), _Model())
     assert (j.check_runtime, j.calibrate, j.min_gain) == (False, False, 0.4)
     assert "cross-compiling" in j.notes
     with pytest.warns(UserWarning, match="cross-compiling"):
-        assert eqsat_pass.judge(_opts(target=ARM, check_runtime="on"), _Model()).check_runtime is False
+        assert decision.judge(_opts(target=ARM, check_runtime="on"), _Model()).check_runtime is False
 
 
 # -- the optimizer: min_gain and calibration ------------------------------------------------
@@ -191,14 +194,14 @@ def _commuting_optimizer(graph, options):
 def builds(monkeypatch):
     """The builds the pass makes (a list that grows by one per build); its optimizer claims a change."""
     made = []
-    real_build = eqsat_pass.build_and_run
-    monkeypatch.setattr(eqsat_pass, "build_and_run", lambda *a, **k: made.append(1) or real_build(*a, **k))
+    real_build = decision.build_and_run
+    monkeypatch.setattr(decision, "build_and_run", lambda *a, **k: made.append(1) or real_build(*a, **k))
     monkeypatch.setattr(eqsat_pass, "optimize", _copy_optimizer)
     return made
 
 
 def test_default_measures_and_remembers_a_rejection(monkeypatch, cost_db, builds):
-    monkeypatch.setattr(eqsat_pass, "time_rounds", lambda modules, **kw: [[1e-3] * 9, [2e-3] * 9])
+    monkeypatch.setattr(decision, "time_rounds", lambda modules, **kw: [[1e-3] * 9, [2e-3] * 9])
     mod = dense_net()
     p = EqSatPass()
     assert p(mod).same_as(mod)
@@ -217,14 +220,14 @@ def test_default_measures_and_remembers_a_rejection(monkeypatch, cost_db, builds
 def test_a_verdict_is_not_reused_at_another_thread_count(monkeypatch, cost_db, builds):
     """A rejection or a win measured with one runtime thread count is measured again under
     another: a program faster on one thread need not be on eight."""
-    from relay_eqsat.passes import verdicts
+    from relay_eqsat.passes.runtime import verdicts
 
     mod = dense_net()
     monkeypatch.setattr(verdicts, "runtime_threads", lambda: "1")
-    monkeypatch.setattr(eqsat_pass, "time_rounds", lambda modules, **kw: [[1e-3] * 9, [2e-3] * 9])
+    monkeypatch.setattr(decision, "time_rounds", lambda modules, **kw: [[1e-3] * 9, [2e-3] * 9])
     assert EqSatPass()(mod).same_as(mod) and len(builds) == 2
     monkeypatch.setattr(verdicts, "runtime_threads", lambda: "8")
-    monkeypatch.setattr(eqsat_pass, "time_rounds", lambda modules, **kw: [[2e-3] * 9, [1e-3] * 9])
+    monkeypatch.setattr(decision, "time_rounds", lambda modules, **kw: [[2e-3] * 9, [1e-3] * 9])
     p = EqSatPass()
     out = p(mod)
     assert len(builds) == 4 and not p.last_report.get("runtime_check_cached")  # searched, built, timed again
@@ -243,13 +246,13 @@ def test_a_verdict_is_not_reused_after_the_rules_change(monkeypatch, cost_db, bu
     back as it was, the first verdict answers without a search."""
     import shutil
 
-    from relay_eqsat.rules import rules_root
+    from relay_eqsat.rewrite import rules_root
 
     rules = tmp_path / "mine.rules"
     shutil.copyfile(str(rules_root().joinpath("taso-extra.rules")), rules)
     searched = []
     monkeypatch.setattr(eqsat_pass, "optimize", lambda g, o: searched.append(1) or _copy_optimizer(g, o))
-    monkeypatch.setattr(eqsat_pass, "time_rounds", lambda modules, **kw: [[1e-3] * 9, [2e-3] * 9])
+    monkeypatch.setattr(decision, "time_rounds", lambda modules, **kw: [[1e-3] * 9, [2e-3] * 9])
     mod = dense_net()
     assert EqSatPass(rules=str(rules))(mod).same_as(mod) and len(builds) == 2 and len(searched) == 1
     q = EqSatPass(rules=str(rules))
@@ -265,8 +268,8 @@ def test_a_verdict_is_not_reused_after_the_rules_change(monkeypatch, cost_db, bu
 
 def test_content_fingerprint_follows_the_files_the_options_name(tmp_path):
     from relay_eqsat.cost import make_cost_model
-    from relay_eqsat.passes.verdicts import content_fingerprint
-    from relay_eqsat.rules import rules_root
+    from relay_eqsat.passes.runtime.verdicts import content_fingerprint
+    from relay_eqsat.rewrite import rules_root
 
     cm = make_cost_model("auto", "llvm -mtriple=x86_64-linux-gnu -mcpu=znver4", db=str(tmp_path / "c.sqlite"))
     shipped = content_fingerprint("default", cm)
@@ -285,7 +288,7 @@ def test_content_fingerprint_follows_the_files_the_options_name(tmp_path):
 
 
 def test_runtime_threads_names_the_runtime_setting():
-    from relay_eqsat.passes.verdicts import runtime_threads
+    from relay_eqsat.passes.runtime.verdicts import runtime_threads
 
     assert runtime_threads() == str(int(tvm.get_global_func("runtime.NumThreads")()))
 
@@ -296,7 +299,7 @@ def test_asking_the_thread_count_leaves_the_callers_cpus():
     """Asking TVM's runtime for its thread count starts its thread pool, which pins the calling
     thread to CPU 0; what the pass's process starts later (onnxruntime, torch) would inherit it.
     A fresh process (TVM's pool not started, threads bound as by default) keeps its CPUs."""
-    code = ("import os\nfrom relay_eqsat.passes.runtime import thread_count\n"
+    code = ("import os\nfrom relay_eqsat.passes.runtime.build import thread_count\n"
             "before = os.sched_getaffinity(0)\nn = thread_count()\n"
             "print(n >= 1, os.sched_getaffinity(0) == before, len(before))")
     env = {k: v for k, v in os.environ.items() if k != "TVM_BIND_THREADS"}
@@ -306,7 +309,7 @@ def test_asking_the_thread_count_leaves_the_callers_cpus():
 
 
 def test_default_remembers_a_measured_win(monkeypatch, cost_db, builds):
-    monkeypatch.setattr(eqsat_pass, "time_rounds", lambda modules, **kw: [[2e-3] * 9, [1e-3] * 9])
+    monkeypatch.setattr(decision, "time_rounds", lambda modules, **kw: [[2e-3] * 9, [1e-3] * 9])
     mod = dense_net()
     out = EqSatPass()(mod)
     assert not out.same_as(mod) and len(builds) == 2
@@ -322,7 +325,7 @@ def test_a_remembered_win_is_returned_without_searching_again(monkeypatch, cost_
     """The next run returns the program measured faster, rebuilt from the database on the input's
     constants (and opaque ops, by key): no search (whose costs the first run's kernel measurements
     have changed since), no build, the same numbers."""
-    monkeypatch.setattr(eqsat_pass, "time_rounds", lambda modules, **kw: [[2e-3] * 9, [1e-3] * 9])
+    monkeypatch.setattr(decision, "time_rounds", lambda modules, **kw: [[2e-3] * 9, [1e-3] * 9])
     monkeypatch.setattr(eqsat_pass, "optimize", _commuting_optimizer)
     mod = dense_net(opaque)
     out = EqSatPass()(mod)
@@ -343,7 +346,7 @@ def test_a_remembered_win_is_returned_without_searching_again(monkeypatch, cost_
 
 
 def test_program_records_round_trip_and_refuse_what_does_not_fit():
-    from relay_eqsat.passes.relay import from_relay
+    from relay_eqsat.passes.relay.frontend import from_relay
 
     g = from_relay(relay.transform.InferType()(dense_net()))
     rec = json.loads(json.dumps(program_record(g)))  # JSON-able
@@ -362,7 +365,7 @@ def test_program_records_round_trip_and_refuse_what_does_not_fit():
 
 def test_program_records_keep_opaque_nodes_by_key_and_refuse_another_input():
     from relay_eqsat.graph import Attrs, Node
-    from relay_eqsat.passes.relay import from_relay
+    from relay_eqsat.passes.relay.frontend import from_relay
 
     g = from_relay(relay.transform.InferType()(dense_net(opaque=True)))
     (key, attrs), = [(n.attrs["key"], n.attrs) for n in g.nodes if n.op == "opaque"]
@@ -381,8 +384,8 @@ def test_program_records_keep_opaque_nodes_by_key_and_refuse_another_input():
 
 def test_a_round_too_slow_to_time_falls_back_to_the_predicted_gain(monkeypatch, cost_db):
     monkeypatch.setattr(eqsat_pass, "optimize", _copy_optimizer)
-    monkeypatch.setattr(eqsat_pass, "_one_run_seconds", lambda m, first_run_s, time_limit: 100.0)
-    monkeypatch.setattr(eqsat_pass, "time_rounds", lambda *a, **k: pytest.fail("timed anyway"))
+    monkeypatch.setattr(decision, "_one_run_seconds", lambda m, first_run_s, time_limit: 100.0)
+    monkeypatch.setattr(decision, "time_rounds", lambda *a, **k: pytest.fail("timed anyway"))
     mod = dense_net()
     p = EqSatPass()
     assert p(mod).same_as(mod)
@@ -395,13 +398,13 @@ def test_a_slow_input_is_timed_by_the_wall_clock_within_the_limit(monkeypatch, c
     that fit check_time_limit are counted so: one run of it a round."""
     monkeypatch.setattr(eqsat_pass, "optimize", _copy_optimizer)
     seconds = iter([6.0, 1e-3])  # the input's one run, then the candidate's
-    monkeypatch.setattr(eqsat_pass, "_one_run_seconds", lambda m, first_run_s, time_limit: next(seconds))
+    monkeypatch.setattr(decision, "_one_run_seconds", lambda m, first_run_s, time_limit: next(seconds))
     asked = []
 
     def rounds(modules, **kw):
         asked.append(kw)
         return [[6.0] * kw["repeat"], [1e-3] * kw["repeat"]]
-    monkeypatch.setattr(eqsat_pass, "time_rounds", rounds)
+    monkeypatch.setattr(decision, "time_rounds", rounds)
     p = EqSatPass(check_time_limit=40.0)
     p(dense_net())
     (kw,) = asked
@@ -415,8 +418,8 @@ def test_a_first_run_of_a_second_or_more_is_taken_for_the_run_time():
         @property
         def module(self):
             raise AssertionError("ran again")
-    assert eqsat_pass._one_run_seconds(Unrunnable(), 10.9, 120.0) == 10.9
-    assert eqsat_pass._one_run_seconds(Unrunnable(), 50.0, 120.0) == 50.0
+    assert decision._one_run_seconds(Unrunnable(), 10.9, 120.0) == 10.9
+    assert decision._one_run_seconds(Unrunnable(), 50.0, 120.0) == 50.0
 
 
 def test_creating_the_executor_counts_as_building(monkeypatch):
@@ -425,7 +428,7 @@ def test_creating_the_executor_counts_as_building(monkeypatch):
     as building, so the first run it reports (the runtime check reads it) is the program's own."""
     from types import SimpleNamespace
 
-    from relay_eqsat.passes import runtime
+    from relay_eqsat.passes.runtime import build as runtime
 
     clock = [0.0]
 
@@ -440,7 +443,7 @@ def test_creating_the_executor_counts_as_building(monkeypatch):
 
 
 def test_cross_compiling_builds_nothing_and_needs_the_calibrated_gain(monkeypatch, cost_db):
-    monkeypatch.setattr(eqsat_pass, "build_and_run", lambda *a, **k: pytest.fail("built for another machine"))
+    monkeypatch.setattr(decision, "build_and_run", lambda *a, **k: pytest.fail("built for another machine"))
     mod = dense_net()
     p = EqSatPass(target=ARM, final_extractor="greedy-ocf")
     out = p(mod)
@@ -452,7 +455,7 @@ def test_cross_compiling_builds_nothing_and_needs_the_calibrated_gain(monkeypatc
 
 
 def test_measurement_can_be_turned_off(monkeypatch, cost_db):
-    monkeypatch.setattr(eqsat_pass, "build_and_run", lambda *a, **k: pytest.fail("measured"))
+    monkeypatch.setattr(decision, "build_and_run", lambda *a, **k: pytest.fail("measured"))
     p = EqSatPass(check_runtime="off", calibrate="off", min_gain=0.0, final_extractor="greedy-ocf")
     p(dense_net())
     assert "runtime not measured" in p.last_report["judged_by"]
@@ -462,7 +465,7 @@ def test_measurement_can_be_turned_off(monkeypatch, cost_db):
 # -- rules gated per device kind ------------------------------------------------------------
 
 def test_avoid_clause_gates_a_rule_per_device():
-    from relay_eqsat.rules import RuleSyntaxError, device_kind, parse_rules, rules_for_target
+    from relay_eqsat.rewrite import RuleSyntaxError, device_kind, parse_rules, rules_for_target
 
     text = """
     rule relu-relu
@@ -502,7 +505,7 @@ def _scripted_calibration(monkeypatch, price, measured_as, **kwargs):
     ``measured_as``."""
     from types import SimpleNamespace
 
-    from relay_eqsat import optimize as optimize_mod
+    from relay_eqsat import pipeline as optimize_mod
     from relay_eqsat.extract.problem import Solution
 
     class Model:
@@ -544,7 +547,7 @@ def test_out_of_calibration_rounds_the_cheapest_measured_candidate_is_returned(m
     """Each round's extraction can pick an alternative the borrowed model has not measured and prices
     too low (bert-base on a Zen 1); when the rounds run out, the last extraction's kernels were
     measured only after it was chosen: the candidate cheapest under the measured times is returned."""
-    from relay_eqsat import optimize as optimize_mod
+    from relay_eqsat import pipeline as optimize_mod
 
     monkeypatch.setattr(optimize_mod, "CALIBRATION_ROUNDS", 1)  # A, then B, then out of rounds
     # by relu count: the input, candidates A and B as predicted; A measures dearer than predicted but
@@ -578,8 +581,9 @@ def test_the_runtime_check_keeps_the_fastest_of_the_candidates(monkeypatch, cost
     """The result and calibration's other candidates are built, checked and timed in the same rounds;
     the fastest is judged as the result would be and, kept, comes with its own report figures; the
     next run returns it without a search. With ``verify`` only the result is built and timed."""
-    from relay_eqsat.optimize import Candidate
-    from relay_eqsat.passes.relay import from_relay, to_relay
+    from relay_eqsat.pipeline import Candidate
+    from relay_eqsat.passes.relay.frontend import from_relay
+    from relay_eqsat.passes.relay.backend import to_relay
 
     def two_candidates(graph, options):
         g, rep = _copy_optimizer(graph, options)
@@ -594,7 +598,7 @@ def test_the_runtime_check_keeps_the_fastest_of_the_candidates(monkeypatch, cost
         timed.append(len(modules))
         return [[2e-3] * 9, [1.98e-3] * 9, [1e-3] * 9][:len(modules)]
 
-    monkeypatch.setattr(eqsat_pass, "time_rounds", rounds)
+    monkeypatch.setattr(decision, "time_rounds", rounds)
     mod = dense_net()
     p = EqSatPass()
     out = p(mod)
@@ -619,7 +623,7 @@ def test_other_candidates_are_built_only_where_the_rounds_still_fit(monkeypatch,
     """Another candidate is built and timed only if the check keeps all its rounds with it (it runs
     about as long as the result): with programs of 5 s a run, 9 rounds of the input and the result
     fit in the 120-s limit, a third program's would not; with nothing timed, none is built."""
-    from relay_eqsat.optimize import Candidate
+    from relay_eqsat.pipeline import Candidate
 
     def two_candidates(graph, options):
         g, rep = _copy_optimizer(graph, options)
@@ -627,15 +631,15 @@ def test_other_candidates_are_built_only_where_the_rounds_still_fit(monkeypatch,
         return g, rep
 
     monkeypatch.setattr(eqsat_pass, "optimize", two_candidates)
-    monkeypatch.setattr(eqsat_pass, "_one_run_seconds", lambda m, first_run_s, time_limit: 5.0)
+    monkeypatch.setattr(decision, "_one_run_seconds", lambda m, first_run_s, time_limit: 5.0)
     timed = []
-    monkeypatch.setattr(eqsat_pass, "time_rounds",
+    monkeypatch.setattr(decision, "time_rounds",
                         lambda modules, **kw: timed.append((len(modules), kw["repeat"])) or [[2e-3] * 9, [1e-3] * 9])
     p = EqSatPass()
     p(dense_net())
     assert len(builds) == 2 and timed == [(2, 9)]
     assert p.last_report["runtime_others_untimed"] == 1 and "runtime_candidates" not in p.last_report
-    monkeypatch.setattr(eqsat_pass, "_one_run_seconds", lambda m, first_run_s, time_limit: 100.0)
+    monkeypatch.setattr(decision, "_one_run_seconds", lambda m, first_run_s, time_limit: 100.0)
     q = EqSatPass(seed=3)  # a round too slow for the limit: rule 3 decides, the other is not built
     q(dense_net())
     assert len(builds) == 4 and timed == [(2, 9)] and "runtime_untimed" in q.last_report
@@ -674,7 +678,7 @@ def test_output_error_is_relative_to_each_outputs_own_scale():
     """Random-weight classifiers give logits of 1e-9 (MobileNet-v3) or 1e-14 (EfficientNet-B0): each
     output is held to its own digits, as one of 10 is. 0.1% off fails at every scale, float32
     rounding passes, an all-zero output (a zero-initialized head) must stay exactly zero."""
-    from relay_eqsat.passes.runtime import output_error
+    from relay_eqsat.passes.runtime.build import output_error
 
     y = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
     for scale in (10.0, 1e-9, 1e-14):
@@ -698,6 +702,6 @@ def test_the_pass_check_rejects_a_wrong_program_with_tiny_outputs():
         y = relay.multiply(relay.nn.dense(x, relay.const(weight)), relay.const(np.float32(1e-9)))
         return tvm.IRModule.from_expr(relay.Function([x], y))
 
-    assert eqsat_pass.compare_modules(module(w), module(w.copy()))["max_error"] == 0.0
-    with pytest.raises(eqsat_pass.EqSatVerificationError, match="relative"):
-        eqsat_pass.compare_modules(module(w), module(w * np.float32(1.001)))
+    assert decision.compare_modules(module(w), module(w.copy()))["max_error"] == 0.0
+    with pytest.raises(decision.EqSatVerificationError, match="relative"):
+        decision.compare_modules(module(w), module(w * np.float32(1.001)))

@@ -22,8 +22,8 @@ from relay_eqsat import ops
 from relay_eqsat.cost import CostModel
 from relay_eqsat.egraph import EGraph
 from relay_eqsat.graph import TensorGraph, TensorType
-from relay_eqsat.rule_check import verify_rule
-from relay_eqsat.rules import Matcher, apply_matches, load_rules, parse_rules
+from relay_eqsat.rewrite.check import verify_rule
+from relay_eqsat.rewrite import Matcher, apply_matches, load_rules, parse_rules
 
 RULE = next(r for r in load_rules() if r.name == "power-cube")
 TRUST = dict(check_runtime="off", calibrate="off", min_gain=0.0, search="tensat", final_extractor="greedy-ocf",
@@ -97,7 +97,7 @@ def test_a_rule_naming_the_wrong_value_is_caught():
 def test_leaf_constants_of_a_checked_rule_stand_for_any_value():
     """A rule's variable made a constant when it is checked has no value to match (its value is
     drawn): a scalar one would otherwise read as the zero it was built with."""
-    from relay_eqsat.rule_instances import from_example
+    from relay_eqsat.rewrite.instances import from_example
 
     (rule,) = parse_rules("""
     rule mul-scalar-comm
@@ -130,7 +130,7 @@ def _gelu_tanh(shape=(8, 48)):
 
 @pytest.mark.tvm
 def test_the_frontends_scalar_exponent_arrives_with_its_value():
-    from relay_eqsat.passes.relay import from_relay
+    from relay_eqsat.passes.relay.frontend import from_relay
 
     g = from_relay(_gelu_tanh())
     (p,) = [n for n in g.nodes if n.op == "power"]
@@ -140,8 +140,8 @@ def test_the_frontends_scalar_exponent_arrives_with_its_value():
 @pytest.mark.tvm
 def test_pass_writes_the_cube_as_multiplies_with_the_same_numbers():
     from relay_eqsat.passes import EqSatPass
-    from relay_eqsat.passes.runtime import build, run
-    from relay_eqsat.passes.simplify_copies import op_calls
+    from relay_eqsat.passes.runtime.build import build, run
+    from relay_eqsat.passes.relay.simplify_copies import op_calls
 
     mod = _gelu_tanh()
     p = EqSatPass(**TRUST, fast_math=False, cost=LibmPower())

@@ -14,10 +14,10 @@ tvm = pytest.importorskip("tvm")
 from tvm import relay  # noqa: E402
 
 from relay_eqsat.passes import EqSatPass, from_relay  # noqa: E402
-from relay_eqsat.passes.relay import to_relay  # noqa: E402
-from relay_eqsat.passes.runtime import build, output_error, random_inputs, run  # noqa: E402
-from relay_eqsat.passes.scale_guard import channel_axis, is_axis_scale, runtime_scaled_weights  # noqa: E402
-from relay_eqsat.passes.target import host_target  # noqa: E402
+from relay_eqsat.passes.relay.backend import to_relay  # noqa: E402
+from relay_eqsat.passes.runtime.build import build, output_error, random_inputs, run  # noqa: E402
+from relay_eqsat.passes.relay.scale_guard import channel_axis, is_axis_scale, runtime_scaled_weights  # noqa: E402
+from relay_eqsat.passes.runtime.target import host_target  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 

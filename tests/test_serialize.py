@@ -11,7 +11,7 @@ import pytest
 
 from relay_eqsat.cli import build_parser, main
 from relay_eqsat.extract import ExtractionProblem, egraph_problem, get_extractor
-from relay_eqsat.serialize import dump_problem, load_problem, problem_to_dict
+from relay_eqsat.extract.serialize import dump_problem, load_problem, problem_to_dict
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).parent.parent

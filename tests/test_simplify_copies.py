@@ -9,9 +9,9 @@ tvm = pytest.importorskip("tvm")
 from tvm import relay  # noqa: E402
 
 from relay_eqsat.passes import EqSatPass, from_relay  # noqa: E402
-from relay_eqsat.passes.relay import to_relay  # noqa: E402
-from relay_eqsat.passes.runtime import build, random_inputs, run  # noqa: E402
-from relay_eqsat.passes.simplify_copies import copied_ops, op_calls  # noqa: E402
+from relay_eqsat.passes.relay.backend import to_relay  # noqa: E402
+from relay_eqsat.passes.runtime.build import build, random_inputs, run  # noqa: E402
+from relay_eqsat.passes.relay.simplify_copies import copied_ops, op_calls  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 
@@ -68,7 +68,7 @@ def test_copies_counted_with_the_weights_unbound():
     """A module whose weights relay.build binds later (params=): this TVM's SimplifyExpr fails on it
     where it would copy, so the count binds stand-ins; the same count as the bound module's."""
     from relay_eqsat.passes import zoo
-    from relay_eqsat.passes.eqsat_pass import bind_params
+    from relay_eqsat.passes.relay.eqsat_pass import bind_params
 
     mod, params = zoo.get("nasnet_a", small=True)
     unbound = relay.transform.InferType()(mod)

@@ -7,7 +7,7 @@ import pytest
 from relay_eqsat.egraph import EGraph
 from relay_eqsat.extract import build_graph, egraph_problem
 from relay_eqsat.graph import TensorGraph
-from relay_eqsat.rules import load_rules
+from relay_eqsat.rewrite import load_rules
 from relay_eqsat.search import Limits, SearchReport, TensatScheduler
 
 from test_egraph import min_cost_choice
@@ -147,13 +147,13 @@ def test_planned_application_matches_the_general_path(model):
     exactly what apply_matches does on Matcher.matches, rule by rule (the MLP: dense merges,
     the multi-pattern rules)."""
     from relay_eqsat.egraph import EGraph
-    from relay_eqsat.rules import Matcher, apply_matches, apply_search_matches, load_rules
+    from relay_eqsat.rewrite import Matcher, apply_matches, apply_search_matches, load_rules
 
     if model == "mlp":
         graph = mlp_graph(layers=2, width=3)
     else:
         from relay_eqsat.passes import zoo
-        from relay_eqsat.passes.relay import from_relay
+        from relay_eqsat.passes.relay.frontend import from_relay
 
         graph = from_relay(*zoo.get("squeezenet", small=True))
     rules = load_rules("default")
@@ -179,7 +179,7 @@ def test_match_limit_bounds_multi_pattern_joins():
     """A multi-source rule over one input with many dense ops joins to the
     product of its matches; match_limit keeps the first ones (same order), and
     a search under it still finds merges."""
-    from relay_eqsat.rules import Matcher, flat_join
+    from relay_eqsat.rewrite import Matcher, flat_join
 
     g = mlp_graph(layers=1, width=8)
     (rule,) = rules_named("dense-merge")

@@ -23,8 +23,8 @@ import pytest
 from relay_eqsat.cost import CostModel
 from relay_eqsat.egraph import EGraph
 from relay_eqsat.graph import TensorGraph
-from relay_eqsat.optimize import optimize_graph
-from relay_eqsat.rules import Matcher, apply_matches, load_rules, rules_for_target
+from relay_eqsat.pipeline import optimize_graph
+from relay_eqsat.rewrite import Matcher, apply_matches, load_rules, rules_for_target
 
 PADDING = ("conv-pad-out-channels", "conv-pad-in-channels", "conv-absorb-channel-slice", "relu-channel-slice",
            "bias-add-channel-slice", "depthwise-conv-channel-slice", "depthwise-conv-pad-channels")
@@ -156,8 +156,8 @@ def test_full_blocks_are_left_alone():
 def test_pass_pads_with_the_same_numbers_on_tvm(c):
     pytest.importorskip("tvm")
     from relay_eqsat.passes import EqSatPass
-    from relay_eqsat.passes.relay import graph_to_module
-    from relay_eqsat.passes.runtime import build, run
+    from relay_eqsat.passes.relay.backend import graph_to_module
+    from relay_eqsat.passes.runtime.build import build, run
 
     g = shuffle_block(c=c)
     mod = graph_to_module(g)
@@ -213,8 +213,8 @@ def test_extraction_pads_dense_rows_with_the_same_numbers(swap):
 def test_pass_pads_dense_rows_with_the_same_numbers_on_tvm():
     pytest.importorskip("tvm")
     from relay_eqsat.passes import EqSatPass
-    from relay_eqsat.passes.relay import graph_to_module
-    from relay_eqsat.passes.runtime import build, run
+    from relay_eqsat.passes.relay.backend import graph_to_module
+    from relay_eqsat.passes.runtime.build import build, run
 
     mod = graph_to_module(_mlp(rows=197))
     p = EqSatPass(check_runtime="off", calibrate="off", min_gain=0.0, search="tensat",
@@ -242,8 +242,8 @@ def test_widened_conv_has_the_same_numbers_on_tvm():
     """The rule's right side (one more column of right padding per stride, sliced off) built by
     TVM: asymmetric padding and the slice survive the round trip through Relay."""
     pytest.importorskip("tvm")
-    from relay_eqsat.passes.relay import graph_to_module
-    from relay_eqsat.passes.runtime import build, run
+    from relay_eqsat.passes.relay.backend import graph_to_module
+    from relay_eqsat.passes.runtime.build import build, run
 
     def model(widen):
         g = TensorGraph()

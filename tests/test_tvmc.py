@@ -20,8 +20,8 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from tvm.contrib import graph_executor  # noqa: E402
 
 from relay_eqsat.cli import main as cli_main  # noqa: E402
-from relay_eqsat.passes import tvmc as eqsat_tvmc  # noqa: E402
-from relay_eqsat.passes.target import host_target  # noqa: E402
+from relay_eqsat.passes.relay import tvmc as eqsat_tvmc  # noqa: E402
+from relay_eqsat.passes.runtime.target import host_target  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 

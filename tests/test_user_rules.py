@@ -1,4 +1,4 @@
-"""User rule files are verified numerically on load (``relay_eqsat.rule_check``).
+"""User rule files are verified numerically on load (``relay_eqsat.rewrite.check``).
 
 A wrong rule (``relu(x) => x``), with or without an ``example`` line, single-
 or multi-pattern, is rejected with an error naming it, its file and line and
@@ -13,17 +13,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from relay_eqsat import rule_check
-from relay_eqsat.optimize import resolve_rules
-from relay_eqsat.rule_check import (
-    UNVERIFIABLE,
-    VERIFIED,
-    WRONG,
-    RuleVerificationError,
-    check_user_rules,
-    verify_rule,
-)
-from relay_eqsat.rules import RuleSyntaxError, load_rules, load_tensat, parse_rules, shipped_rule_files
+from relay_eqsat.rewrite import check as rule_check
+from relay_eqsat.pipeline import resolve_rules
+from relay_eqsat.rewrite.check import (UNVERIFIABLE, VERIFIED, WRONG, RuleVerificationError, check_user_rules,
+    verify_rule)
+from relay_eqsat.rewrite import RuleSyntaxError, load_rules, load_tensat, parse_rules, shipped_rule_files
 
 RELU_DROP = """\
 # drops a relu: wrong for negative inputs
@@ -282,7 +276,7 @@ def test_pass_uses_a_verified_user_rule_and_outputs_match(tmp_path):
     from tvm import relay
 
     from relay_eqsat.passes import EqSatPass
-    from relay_eqsat.passes.runtime import build_and_run, output_error, random_inputs
+    from relay_eqsat.passes.runtime.build import build_and_run, output_error, random_inputs
 
     x = relay.var("x", shape=(4, 6), dtype="float32")
     t = relay.transpose(relay.transpose(x, axes=[1, 0]), axes=[1, 0])

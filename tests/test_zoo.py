@@ -8,8 +8,8 @@ from tvm import relay  # noqa: E402
 from tvm.contrib import graph_executor  # noqa: E402
 
 from relay_eqsat.passes import zoo  # noqa: E402
-from relay_eqsat.passes.simplify_copies import op_calls  # noqa: E402
-from relay_eqsat.passes.target import host_target  # noqa: E402
+from relay_eqsat.passes.relay.simplify_copies import op_calls  # noqa: E402
+from relay_eqsat.passes.runtime.target import host_target  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 

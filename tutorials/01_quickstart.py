@@ -33,8 +33,8 @@ from tvm import relay
 
 from relay_eqsat import EqSatPass
 from relay_eqsat.passes import zoo
-from relay_eqsat.passes.runtime import build, random_inputs, run
-from relay_eqsat.passes.target import host_target
+from relay_eqsat.passes.runtime.build import build, random_inputs, run
+from relay_eqsat.passes.runtime.target import host_target
 
 
 def main():

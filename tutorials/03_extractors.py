@@ -34,9 +34,9 @@ import time
 from relay_eqsat.cost import make_cost_model
 from relay_eqsat.egraph import EGraph
 from relay_eqsat.extract import EXTRACTORS, build_graph, egraph_problem, get_extractor
-from relay_eqsat.optimize import resolve_rules
+from relay_eqsat.pipeline import resolve_rules
 from relay_eqsat.passes import from_relay, zoo
-from relay_eqsat.passes.eqsat_pass import bind_params
+from relay_eqsat.passes.relay.eqsat_pass import bind_params
 from relay_eqsat.search.base import Limits
 from relay_eqsat.search.tensat import TensatScheduler
 

@@ -42,8 +42,8 @@ from relay_eqsat.cost import (CostCache, LearnedCostModel, MeasureConfig, Measur
 
 def main():
     from relay_eqsat.passes import from_relay, zoo
-    from relay_eqsat.passes.eqsat_pass import bind_params
-    from relay_eqsat.passes.target import host_target
+    from relay_eqsat.passes.relay.eqsat_pass import bind_params
+    from relay_eqsat.passes.runtime.target import host_target
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true", help="a small model and 4 ops (fast)")

@@ -1,6 +1,6 @@
 """Regression suite: pin what EqSatPass does to your models with the pytest plugin.
 
-The package installs a pytest plugin (``relay_eqsat.pytest_plugin``): a test asks for the
+The package installs a pytest plugin (``relay_eqsat.passes.regression.plugin``): a test asks for the
 ``eqsat`` fixture and calls it on a model; the call runs EqSatPass, checks that the optimized
 program computes the original's outputs on seeded random inputs (integer inputs such as token
 ids are drawn in a valid range) and compares what the pass did with a JSON snapshot beside the

@@ -13,8 +13,8 @@ Modules: ``base`` (CostModel, fusion rule, graph cost), ``analytic`` (roofline),
 ``instance`` (op instances and cache keys), ``calibrate``,
 ``validate`` (leave-one-model-out whole-graph error).
 Nothing here imports TVM or ``relay_eqsat.passes``: the worker process
-(``relay_eqsat.passes.measure_worker``) builds and times the kernels, and the
-``relay-eqsat measure`` subcommand is ``relay_eqsat.passes.measure_cli``.
+(``relay_eqsat.passes.runtime.measure_worker``) builds and times the kernels, and the
+``relay-eqsat measure`` subcommand is ``relay_eqsat.passes.cli.measure``.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Measured operator costs: one op built alone and timed, in a worker process.
 
 A ``Measurer`` owns one worker process, started by module name
-(``python -m relay_eqsat.passes.measure_worker FD``, :data:`WORKER_MODULE`), that
+(``python -m relay_eqsat.passes.runtime.measure_worker FD``, :data:`WORKER_MODULE`), that
 imports TVM (or PyTorch) and measures op instances sent to it one at a time.
 Every job has a timeout: a build that hangs is killed, one that crashes the
 process is reported, and either way the caller gets an error result and the
@@ -10,7 +10,7 @@ progress bar, skips what the cache already holds and writes each result to the
 cache as it arrives, so an interrupted batch keeps everything it measured.
 
 Backends (named in every result and cache row; the kernels are built and timed by
-``relay_eqsat.passes.kernels``):
+``relay_eqsat.passes.runtime.kernels``):
 
 - ``tvm-llvm``: the op built alone by ``relay.build`` (opt_level 3) for an
   llvm target and timed with ``time_evaluator`` (warm-up runs, then the median
@@ -53,12 +53,12 @@ ENV_TARGET = "RELAY_EQSAT_TARGET"
 BACKENDS = ("tvm-llvm", "tvm-cuda", "torch-cuda")
 
 #: the worker process's module, run as ``python -m WORKER_MODULE FD``
-WORKER_MODULE = "relay_eqsat.passes.measure_worker"
+WORKER_MODULE = "relay_eqsat.passes.runtime.measure_worker"
 #: "module:function" probes run in a child process: the host target, and {backend: why not usable}
 PROBE_HOST_TARGET = WORKER_MODULE + ":probe_host_target"
 PROBE_BACKENDS = WORKER_MODULE + ":probe_backends"
 #: the module whose ``host_target()`` is asked in this process when it is loaded already
-HOST_TARGET_MODULE = "relay_eqsat.passes.target"
+HOST_TARGET_MODULE = "relay_eqsat.passes.runtime.target"
 #: when the measuring worker last learned to build kernels it could not (a time.time()): failures
 #: recorded before are tried again (2026-11-28: batch_norm, which failed on every CPU since the
 #: 2026-11-27 change to how weights are drawn)
@@ -139,7 +139,7 @@ _HOST_TARGET: str | None = None
 def resolve_target(target=None, cache: CostCache | None = None) -> str:
     """The normalized target text: ``target``, else ``$RELAY_EQSAT_TARGET``, else the host.
 
-    The host target is ``relay_eqsat.passes.target.host_target()`` (asked directly
+    The host target is ``relay_eqsat.passes.runtime.target.host_target()`` (asked directly
     when that module is loaded already, as inside the Relay pass, else found in a
     subprocess, since it needs TVM; remembered in the cache database per host
     name), or ``llvm -mtriple=x86_64-linux-gnu -mcpu=core-avx2`` when TVM is

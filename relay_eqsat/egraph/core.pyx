@@ -128,7 +128,7 @@ cpdef object infer_type_memo(str op, object attrs, tuple input_types):
     """``ops.infer_type`` memoized on (op, attrs, input types); raises ShapeError (cached too).
 
     One memo for the signatures of added nodes (``signature_id``) and the
-    right-hand sides that rules plan (``relay_eqsat.rules``), so a node a rule
+    right-hand sides that rules plan (``relay_eqsat.rewrite``), so a node a rule
     planned is not typed again when it is added.
     """
     key = (op, attrs, input_types)

@@ -38,8 +38,7 @@ from .ilp import ilp_acyc, ilp_topo
 from .maxsat import maxsat
 from .merge_greedy import greedy_merge, merge_cost
 from .problem import ExtractionProblem, Solution
-from .validate import (ExtractionError, InfeasibleError, reachable_classes, solution_cost,
-                       validate_solution)
+from .validity import ExtractionError, InfeasibleError, reachable_classes, solution_cost, validate_solution
 
 __all__ = [
     "ExtractionProblem", "Solution", "Extractor", "get_extractor", "EXTRACTORS", "solution_cost",

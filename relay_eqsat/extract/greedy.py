@@ -47,7 +47,7 @@ import numpy as np
 from .egraph_io import NodeCost, NodeCosts, class_indices, node_costs
 from .ocf import dag_cost, ocf_choice
 from .problem import ExtractionProblem, Solution
-from .validate import InfeasibleError, reachable_classes, solution_cost, validate_solution
+from .validity import InfeasibleError, reachable_classes, solution_cost, validate_solution
 
 
 def _structure(problem: ExtractionProblem):

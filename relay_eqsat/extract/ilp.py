@@ -53,7 +53,7 @@ from .cycles import acyclic_groups, cyclic_components, cycle_basis, find_cycle_i
 from .merge_greedy import greedy_merge
 from .presolve import Reduced, integer_weights, reduce_problem, rounding_slack, tie_break_weights
 from .problem import ExtractionProblem, Solution
-from .validate import ExtractionError, solution_cost, validate_solution
+from .validity import ExtractionError, solution_cost, validate_solution
 
 SOLVERS = ("cp-sat", "scip")
 CYCLE_MODES = ("auto", "all", "basis", "lazy")

@@ -44,7 +44,7 @@ from .cycles import find_cycle_in_choice
 from .ilp import (DEFAULT_MAX_CYCLES, WARM, Encoding, choice_from_values, dearer_than_warm, encode_cycles,
                   enumerate_cycles, enumeration_deadline, prepare, solve_split, warm_solution)
 from .problem import ExtractionProblem, Solution
-from .validate import ExtractionError, solution_cost, validate_solution
+from .validity import ExtractionError, solution_cost, validate_solution
 
 ENGINES = ("auto", "portfolio", "rc2", "rc2-stratified", "fm")
 #: the engines "portfolio" races

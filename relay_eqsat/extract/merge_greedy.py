@@ -54,8 +54,8 @@ import numpy as np
 from .egraph_io import NodeCost, NodeCosts, class_indices, node_costs
 from .ocf import dag_cost, ocf_choice
 from .problem import ExtractionProblem, Solution
-from .shared import improve_shared
-from .validate import InfeasibleError, reachable_classes, solution_cost, validate_solution
+from .merge_kernel import improve_shared
+from .validity import InfeasibleError, reachable_classes, solution_cost, validate_solution
 
 #: passes over all classes at most (a pass that keeps no move ends the search first)
 MAX_PASSES = 20

@@ -18,7 +18,7 @@ from typing import Iterable
 import numpy as np
 
 from .problem import ExtractionProblem
-from .validate import InfeasibleError
+from .validity import InfeasibleError
 
 
 @dataclass

@@ -91,8 +91,8 @@ Adding an op:
    ``streamed_weights``, ``weight_slots``, ``kernels`` for an op TVM runs as several kernels,
    which the cost model then prices as their sum); leave ``vocab`` None (a new index changes the learned
    model's feature layout: bump ``FEATURE_VERSION`` in ``cost/learned.py`` and retrain);
-2. register its Relay conversions in ``passes/relay_ops.py`` (``register_relay(name,
-   from_relay=..., to_relay=...)``), and its PyTorch equivalent in ``passes/torch_ops.py``
+2. register its Relay conversions in ``passes/relay/conversions.py`` (``register_relay(name,
+   from_relay=..., to_relay=...)``), and its PyTorch equivalent in ``passes/runtime/torch_ops.py``
    (the torch-cuda measuring backend; ``tests/test_op_table.py`` checks every op has one);
 3. nothing else: the frontend, backend, cost model, measuring and learned features read the table.
 """

@@ -54,7 +54,7 @@ from typing import Any, Hashable, Protocol, Sequence
 from .. import progress
 from ..extract import NodeCosts, egraph_problem, get_extractor, merge_cost, ocf_cost
 from ..options import DEFAULTS
-from ..rules import Matcher, Rule
+from relay_eqsat.rewrite import Matcher, Rule
 from .base import SearchReport, StopReason
 from .runner import Runner, Step
 from .scheduler import Scheduler

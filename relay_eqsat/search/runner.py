@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from .. import progress
 from ..egraph import origin_id
-from ..rules import Matcher, Rule, apply_matches, apply_search_matches, flat_join
+from relay_eqsat.rewrite import Matcher, Rule, apply_matches, apply_search_matches, flat_join
 from .base import Limits, SearchReport, StopReason
 
 if TYPE_CHECKING:

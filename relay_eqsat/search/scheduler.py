@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..rules import Matcher, Rule
+from relay_eqsat.rewrite import Matcher, Rule
 from .base import Limits, SearchReport
 from .runner import Runner, Step
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..rules import Rule
+from relay_eqsat.rewrite import Rule
 from .base import Limits, SearchReport
 from .runner import Runner
 from .scheduler import Scheduler

@@ -4,7 +4,7 @@ Run: .venv/bin/python tests/data/make_golden_costs.py tests/data/golden_costs.js
 import json, os, sys, tempfile
 os.environ["RELAY_EQSAT_COST_DB"] = tempfile.mktemp(suffix=".db")
 from relay_eqsat.passes import zoo
-from relay_eqsat.passes.relay import from_relay
+from relay_eqsat.passes.relay.frontend import from_relay
 from relay_eqsat.cost import CostModel
 from relay_eqsat.cost.instance import instances_from_graph, unique
 from relay_eqsat.cost.learned import LearnedCostModel, SHIPPED_DIR, feature_matrix

@@ -1,0 +1,303 @@
+"""EqSatPass: the Relay module pass (main -> TensorGraph -> optimize -> Relay).
+
+Options come from the constructor, else from the PassContext config
+(``relay.eqsat.<option>``), else from :data:`DEFAULT_OPTIONS`.
+
+PassContext config keys: this TVM (0.16, C++ ``PassConfigManager``) rejects
+unregistered keys and offers no Python API to register them. Importing this
+module therefore wraps ``tvm.transform.PassContext.__init__``: keys starting
+with ``relay.eqsat.`` are taken out of ``config`` before the C++ constructor
+sees them and kept in a side table keyed by the context object; the pass
+reads them back with :func:`eqsat_config`. ``PassContext.list_configs()``
+also lists them (IntImm for int/bool options, runtime.String otherwise, parsed
+by the pass), so ``tvmc compile --pass-config relay.eqsat.budget=8`` works.
+``relay_eqsat.passes`` must be imported before such a PassContext is created
+(importing ``EqSatPass`` does it); ``PassContext.current().config`` does not
+show these keys.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Mapping
+
+import numpy as np
+import tvm
+from tvm import relay
+
+from relay_eqsat.graph import TensorGraph, TensorType
+from relay_eqsat.pipeline import optimize_graph, resolve_cost, resolve_rules, rules_in_words
+from relay_eqsat.options import OPTIMIZER_OPTIONS, validate
+from relay_eqsat.user_warnings import warn
+
+from .frontend import UnsupportedProgram, from_relay, main_function
+from .backend import to_relay
+from .config import resolve_options
+from .scale_guard import runtime_scaled_weights
+from .simplify_copies import copied_ops
+from relay_eqsat.passes.runtime.decision import RUNTIME_SETTINGS, judge, runtime_check
+from relay_eqsat.passes.runtime.target import host_target
+from relay_eqsat.passes.runtime.verdicts import Verdicts, content_fingerprint, program_record
+
+log = logging.getLogger(__name__)
+
+
+
+
+#: function attribute of an optimized ``main`` holding the report's summary (JSON)
+REPORT_ATTR = "relay_eqsat.report"
+
+_SUMMARY_KEYS = ("search", "stop_reason", "iterations", "rules_fired", "rules_in_result", "egraph_nodes",
+                 "cost_before", "cost_after", "predicted_speedup", "extractor", "extract_status", "optimal",
+                 "search_time", "extract_time", "total_time", "runtime_before", "runtime_after",
+                 "measured_speedup", "runtime_candidates", "runtime_chosen")
+
+
+def _report_summary(report: Mapping[str, Any]) -> dict:
+    return {k: report[k] for k in _SUMMARY_KEYS if k in report}
+
+
+# -- PassContext config side table ----------------------------------------------
+
+
+
+# -- the optimizer seam ---------------------------------------------------------------
+
+def optimize(graph: TensorGraph, options: Mapping[str, Any]) -> tuple[TensorGraph, dict]:
+    """The optimizer between frontend and backend: TensorGraph -> cheaper
+    equivalent TensorGraph (or the input itself), plus the report as a dict
+    (``alternatives``: the optimizer's other candidates, ``Candidate`` objects, for the runtime check).
+    ``options`` are the pass's options after :func:`judge` (``calibrate`` and
+    ``min_gain`` resolved, ``cost`` a CostModel)."""
+    opts = {k: v for k, v in options.items() if k in OPTIMIZER_OPTIONS}
+    if opts.get("target") is None:
+        opts["target"] = host_target()
+    new_graph, report = optimize_graph(graph, opts, min_gain=float(options.get("min_gain") or 0.0),
+                                       calibrate=bool(options.get("calibrate")),
+                                       calibrate_time_limit=float(options["calibrate_time_limit"]),
+                                       runtime_decides=bool(options.get("runtime_decides")))
+    return new_graph, dict(report.to_dict(), alternatives=report.alternatives)
+
+
+
+# -- the pass -------------------------------------------------------------------------
+
+def _input_in_our_form(typed: tvm.IRModule, graph: TensorGraph, signature, func, report: dict) -> TensorGraph:
+    """``graph`` (the input in the frontend's form), marked changed in ``report``, when TVM builds it
+    better than the input itself: SimplifyExpr would copy shared work of the input and not of
+    ``graph`` (`simplify_copies`), or FoldScaleAxis would scale weights of the input by run-time
+    values on every inference, which ``to_relay`` guards (`scale_guard`); else ``graph`` with
+    ``report`` untouched (the input goes on)."""
+    why = []
+    copies, scaled = copied_ops(typed), runtime_scaled_weights(typed)
+    if copies or scaled:
+        mod = relay.transform.InferType()(tvm.IRModule.from_expr(to_relay(graph, signature=signature,
+                                                                          attrs=func.attrs)))
+        left = copied_ops(mod) if copies else 0
+        if left < copies:
+            report["simplify_copies"] = [copies, left]
+            why.append(f"TVM's SimplifyExpr copies {copies} shared operator calls of the input (its add(x, x) "
+                       f"-> multiply(x, 2) rewrite loses the sharing), {left} of this form")
+        unguarded = runtime_scaled_weights(mod) if scaled else 0
+        if unguarded < scaled:  # a weighted op the frontend keeps opaque (an NHWC convolution) keeps its scale
+            report["scale_guards"] = [scaled, unguarded]
+            why.append(f"TVM's FoldScaleAxis scales {scaled} weights of the input by values computed at run time, "
+                       f"on every inference, {unguarded} of this form")
+    if not why:
+        return graph
+    before = (report.get("reason") or "nothing cheaper found").removesuffix("; input kept")
+    report.update(changed=True, reason=f"the input in relay-eqsat's form ({before}): " + "; ".join(why))
+    return graph
+
+
+def _signature(graph: TensorGraph) -> list[tuple[str, TensorType]]:
+    """(name, type) of the graph's var nodes in order: the frontend adds every
+    parameter, so unused ones survive an optimizer that drops them."""
+    return [(graph[i].attrs["name"], graph[i].type) for i in graph.inputs]
+
+
+def _with_main(typed: tvm.IRModule, main) -> tvm.IRModule:
+    """``typed`` with ``main`` in place of its main, types inferred."""
+    return relay.transform.InferType()(tvm.IRModule(
+        {gv: (main if gv.name_hint == "main" else f) for gv, f in typed.functions.items()}, typed.type_definitions))
+
+
+def _module(typed: tvm.IRModule, func, graph: TensorGraph, signature) -> tvm.IRModule:
+    """``typed`` with its main replaced by ``graph`` in Relay, type-checked against ``func``'s type
+    (RuntimeError if it differs)."""
+    new_mod = _with_main(typed, to_relay(graph, signature=signature, attrs=func.attrs))
+    if not tvm.ir.structural_equal(new_mod["main"].checked_type, func.checked_type):
+        raise RuntimeError(f"the optimized main has type {new_mod['main'].checked_type}, not {func.checked_type}")
+    return new_mod
+
+
+def _with_report(mod: tvm.IRModule, report: Mapping[str, Any]) -> tvm.IRModule:
+    """``mod`` with the report's summary in its main's :data:`REPORT_ATTR`."""
+    return _with_main(mod, mod["main"].with_attr(REPORT_ATTR, json.dumps(_report_summary(report))))
+
+
+def bind_params(mod: tvm.IRModule, params: Mapping[str, Any]) -> tvm.IRModule:
+    """``mod`` with the parameters of ``main`` named in ``params`` replaced by
+    constants (as ``relay.build(..., params=)`` does; names ``main`` does not
+    take are ignored), type-checked. The rewrite rules' ``(const ?w)``
+    preconditions only hold for weights bound this way."""
+    values = {k: v if isinstance(v, tvm.nd.NDArray) else tvm.nd.array(np.asarray(v))
+              for k, v in params.items()}
+    mod = relay.transform.InferType()(mod)
+    func = relay.build_module.bind_params_by_name(mod["main"], values)
+    new_mod = tvm.IRModule({gv: (func if gv.name_hint == "main" else f)
+                            for gv, f in mod.functions.items()}, mod.type_definitions)
+    return relay.transform.InferType()(new_mod)
+
+
+def format_summary(report: Mapping[str, Any]) -> str:
+    """One line for the log: what changed, why the search stopped, costs, times, rules fired and
+    the rules the returned program (or the rejected candidate) came from."""
+    fired = report.get("rules_fired") or {}
+    top = sorted(((k, v) for k, v in fired.items() if v), key=lambda kv: -kv[1])
+    rules = ", ".join(f"{k}x{v}" for k, v in top[:5]) + (f", +{len(top) - 5} more" if len(top) > 5 else "")
+    used = rules_in_words(report.get("rules_in_result") or {}, 5)
+    before, after = report.get("cost_before", 0.0), report.get("cost_after", 0.0)
+    return (f"{'changed' if report.get('changed') else 'unchanged'} ({report.get('reason', '')}); "
+            f"search {report.get('search', '?')} stopped: {report.get('stop_reason', '?')}, "
+            f"e-graph {report.get('egraph_nodes', 0)} nodes; predicted cost {before * 1e3:.4f} ms -> "
+            f"{after * 1e3:.4f} ms ({before / after if after > 0 else 1.0:.3f}x); "
+            + (f"measured {report['runtime_before'] * 1e3:.3f} ms -> {report['runtime_after'] * 1e3:.3f} ms"
+               + (f" (the fastest of {len(report['runtime_candidates'])} candidates)"
+                  if report.get("runtime_candidates") else "") + "; "
+               if "runtime_after" in report else "")
+            + f"{report.get('seconds', report.get('total_time', 0.0)):.2f} s; "
+            f"{sum(fired.values())} rule applications [{rules}]"
+            + (f"; {'result' if report.get('changed') else 'candidate'} from [{used}]" if used else ""))
+
+
+@tvm.transform.module_pass(opt_level=0, name="EqSatPass")
+class EqSatPass:
+    """Optimize ``main`` by equality saturation (see :data:`DEFAULT_OPTIONS`).
+
+    The rewrite rules only fire on weights that are constants: pass
+    ``params={name: array}`` to bind them by name first (as ``relay.build``
+    does; the result's ``main`` then no longer takes them, whether or not the
+    program changed, and ``relay.build`` ignores param names ``main`` does not
+    take), or bind them yourself with
+    ``relay.build_module.bind_params_by_name``. ``params`` is a constructor
+    option only (not read from the PassContext).
+
+    An optimized ``main`` carries the report's summary as JSON in its function
+    attribute ``relay_eqsat.report`` (:data:`REPORT_ATTR`); the summary is
+    logged at INFO on ``relay_eqsat.passes.relay.eqsat_pass``.
+
+    A program the frontend cannot take (dynamic shapes, control flow...) or
+    any internal failure gives a warning and the module back unchanged;
+    ``verify=True`` raises :class:`EqSatVerificationError` on a numerical
+    mismatch. ``check_runtime=True`` builds the input and the result for the
+    target (a CPU target; the host's by default), checks their outputs agree
+    and times both, and keeps the result only if it is measured faster (see
+    :data:`RUNTIME_MARGIN`; when the kernels measured in calibration's rounds
+    chose other programs too, up to two of them are timed in the same rounds
+    and the fastest is judged; the cost model's "never worse" made
+    "never slower"; a mismatch or a failed build also keeps the input, with a
+    warning). After a run, ``last_options`` and ``last_report`` hold the
+    options used and the optimizer's report (``None`` if skipped).
+    """
+
+    def __init__(self, params: Mapping[str, Any] | None = None, **options: Any):
+        # unknown names and bad values (the target string too) fail here, early
+        self.options = validate(options, what="EqSatPass option")
+        if "rules" in self.options:  # a user rule file is verified now: a wrong rule fails here, named
+            resolve_rules(self.options["rules"])
+        self.params = dict(params) if params else None
+        self.last_options: dict[str, Any] | None = None
+        self.last_report: dict | None = None
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        self.last_report = None
+        try:
+            opts = resolve_options(self.options, ctx)
+        except (ValueError, TypeError) as e:
+            warn(f"EqSatPass: bad option ({e}); module left unchanged")
+            return mod
+        self.last_options = opts
+        if self.params:
+            mod = bind_params(mod, self.params)
+        t0 = time.perf_counter()
+        cost_model = None
+        alternatives = []
+        try:
+            typed, func = main_function(mod)
+            graph = from_relay(typed)
+            signature = _signature(graph)
+            target = opts["target"] or host_target()
+            cost_model = resolve_cost(opts["cost"], target)
+            judgement = judge(opts, cost_model)
+            remembering = getattr(cost_model, "cache", None) if judgement.check_runtime else None
+            verdicts = Verdicts(remembering, RUNTIME_SETTINGS,
+                                content_fingerprint(opts["rules"], cost_model) if remembering is not None else "")
+            remembered = None if opts["verify"] else verdicts.rejected_input(typed, opts)
+            won = None if opts["verify"] or remembered is not None else verdicts.won_input(typed, opts, graph)
+            if remembered is not None:
+                # an earlier run measured this model's result no faster (same options, same machine)
+                report = dict(remembered, changed=False, runtime_check_cached=True, judged_by=judgement.notes)
+                report["reason"] = f"{remembered.get('reason', 'measured no faster')} (remembered from an earlier run)"
+            elif won is not None:
+                # an earlier run measured this model's result faster: the same program, no search
+                new_graph, report = won[0], dict(won[1], changed=True, judged_by=judgement.notes)
+            else:
+                new_graph, report = optimize(graph, dict(opts, target=target, cost=cost_model,
+                                                         calibrate=judgement.calibrate, min_gain=judgement.min_gain,
+                                                         runtime_decides=judgement.check_runtime))
+                report["judged_by"] = judgement.notes
+                alternatives = report.pop("alternatives", None) or []
+                if not report.get("changed", True):
+                    new_graph = _input_in_our_form(typed, graph, signature, func, report)
+            if not report.get("changed", True):
+                # never worse: nothing cheaper was found, the input goes on untouched
+                report["seconds"] = time.perf_counter() - t0
+                if opts["verify"]:
+                    report["verify_error"] = 0.0  # the output is the input itself
+                self.last_report = report
+                log.info("EqSatPass: %s", format_summary(report))
+                return mod
+            new_mod = _with_report(_module(typed, func, new_graph, signature), report)
+            others = []  # calibration's other candidates, for the runtime check
+            for cand in alternatives if judgement.check_runtime and not opts["verify"] else ():
+                try:
+                    others.append((_module(typed, func, cand.graph, signature), cand))
+                except Exception:  # noqa: BLE001 - an alternative that fails is not timed
+                    log.warning("EqSatPass: an alternative candidate could not be converted; not timed",
+                                exc_info=True)
+        except UnsupportedProgram as e:
+            warn(f"EqSatPass: unsupported program ({e.reason}); module left unchanged")
+            return mod
+        except Exception as e:  # noqa: BLE001 - a pass must not break the build
+            log.exception("EqSatPass failed")
+            warn(f"EqSatPass: failed ({type(e).__name__}: {e}); module left unchanged")
+            return mod
+        finally:
+            if cost_model is not None and cost_model is not opts["cost"]:
+                cost_model.close()
+        report = dict(report)
+        keep = True
+        if opts["verify"] or judgement.check_runtime:
+            verdict = None if opts["verify"] else verdicts.pair(typed, new_mod, opts)
+            if verdict is not None:
+                keep = verdict["keep"]
+                report.update(verdict["report"], runtime_check_cached=True)
+                if won is not None:
+                    report["reason"] = f"{report.get('reason', 'measured faster')} (remembered from an earlier run)"
+            else:
+                chosen = runtime_check(typed, new_mod, opts, report, judgement, [m for m, _ in others])
+                keep = chosen is not None
+                if chosen:  # one of calibration's other candidates measured fastest
+                    mod_chosen, cand = others[chosen - 1]
+                    new_graph = cand.graph
+                    report.update(cand.report_fields(), predicted_speedup=report["cost_before"] / cand.cost)
+                    new_mod = _with_report(mod_chosen, report)
+                if judgement.check_runtime and not opts["verify"]:
+                    verdicts.remember(typed, new_mod, opts, keep, report,
+                                      won=(program_record(new_graph), _report_summary(report)))
+        report["seconds"] = time.perf_counter() - t0
+        self.last_report = report
+        log.info("EqSatPass: %s", format_summary(report))
+        return new_mod if keep else mod

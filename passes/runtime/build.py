@@ -1,0 +1,218 @@
+"""Building, running, timing and comparing Relay programs: the project's one implementation.
+
+The pass's runtime check, the measuring worker (:mod:`relay_eqsat.passes.runtime.kernels`) and
+the benchmarks all build with :func:`build`, time with :func:`timer` and what is made of
+it (:func:`time_rounds`, :func:`time_module`, :func:`measure`), and compare outputs with
+:func:`output_error`. Builds default to :func:`~relay_eqsat.passes.runtime.target.host_target`
+(this TVM's plain ``llvm`` is riscv64).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Mapping, NamedTuple, Sequence
+
+import numpy as np
+import tvm
+from tvm import relay
+from tvm.contrib import graph_executor
+
+from relay_eqsat import progress
+
+from .target import host_target
+
+
+def _as_module(mod) -> tvm.IRModule:
+    if isinstance(mod, relay.Function):
+        return tvm.IRModule.from_expr(mod)
+    return mod
+
+
+@dataclass
+class BuildReuse:
+    """The builds kept inside one :func:`reuse_builds` block: (module, factory) per key, how
+    many builds it saved, and the seconds :func:`build_and_run` took to build each factory
+    (by ``id``: a reused build reports its first build's seconds)."""
+
+    kept: dict = field(default_factory=dict)
+    hits: int = 0
+    build_s: dict = field(default_factory=dict)
+
+
+_REUSE: list[BuildReuse] = []  # the active reuse_builds blocks, innermost last
+
+
+@contextlib.contextmanager
+def reuse_builds():
+    """Within this block :func:`build` compiles a module (no ``params``, no ``sequence``) only
+    once per target and opt level: a structurally equal module built before in the block gets
+    the same factory. ``relay-eqsat optimize`` wraps the pass and its own before/after builds
+    in one, so the programs the pass's runtime check built are not built again. The factories
+    are dropped when the block ends (nothing is kept across a user's pipeline)."""
+    reuse = BuildReuse()
+    _REUSE.append(reuse)
+    try:
+        yield reuse
+    finally:
+        _REUSE.remove(reuse)
+        reuse.kept.clear()
+        reuse.build_s.clear()
+
+
+def build(mod, params: Mapping | None = None, target: str | None = None, opt_level: int = 3,
+          sequence: Sequence = ()):
+    """Compile a Relay module (or function) with ``relay.build`` for ``target``
+    (default: :func:`host_target`), running the passes ``sequence`` first inside the same
+    PassContext. Returns the graph executor factory (inside :func:`reuse_builds`, the one
+    built before for an equal module, target and opt level)."""
+    target = target or host_target()
+    reuse = _REUSE[-1] if _REUSE and params is None and not sequence else None
+    if reuse is not None:
+        module = _as_module(mod)
+        key = (tvm.ir.structural_hash(module), str(target), opt_level)
+        for kept, lib in reuse.kept.get(key, ()):
+            if tvm.ir.structural_equal(kept, module):
+                reuse.hits += 1
+                return lib
+    with tvm.transform.PassContext(opt_level=opt_level):
+        built = _as_module(mod)
+        if sequence:
+            built = tvm.transform.Sequential(list(sequence))(built)
+        lib = relay.build(built, target=target, params=params)
+    if reuse is not None:
+        reuse.kept.setdefault(key, []).append((module, lib))
+    return lib
+
+
+def thread_count() -> int | None:
+    """The threads TVM's runtime runs a kernel with (``TVM_NUM_THREADS`` or its default); None
+    when this TVM cannot say. Asking starts TVM's thread pool, which pins the calling thread to
+    one CPU (on 2 cores: {0, 1} -> {0}), and every thread or process it starts later inherits
+    that (onnxruntime or torch run after the pass in the same process: one core). The caller's
+    CPUs are given back."""
+    num_threads = tvm.get_global_func("runtime.NumThreads", True)
+    if num_threads is None:
+        return None
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    try:
+        return int(num_threads())
+    finally:
+        if cpus is not None and os.sched_getaffinity(0) != cpus:
+            os.sched_setaffinity(0, cpus)
+
+
+def executor(lib, dev=None) -> graph_executor.GraphModule:
+    """A graph executor on ``dev`` (default: the CPU) for a factory from :func:`build`
+    (a GraphModule is returned as it is)."""
+    if isinstance(lib, graph_executor.GraphModule):
+        return lib
+    return graph_executor.GraphModule(lib["default"](dev if dev is not None else tvm.cpu(0)))
+
+
+def set_inputs(m: graph_executor.GraphModule, inputs: Mapping[str, np.ndarray]) -> None:
+    """Set the named inputs of a graph executor."""
+    for name, value in inputs.items():
+        m.set_input(name, value)
+
+
+def run(lib, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """Run a built module (factory from :func:`build`, or a GraphModule) on
+    named inputs; returns every output as a numpy array, in order."""
+    m = executor(lib)
+    set_inputs(m, inputs)
+    m.run()
+    return [m.get_output(i).numpy() for i in range(m.get_num_outputs())]
+
+
+def random_inputs(types: Mapping[str, tuple[Sequence[int], str]], seed: int = 0) -> dict[str, np.ndarray]:
+    """Random arrays for ``{name: (shape, dtype)}``: standard normal floats,
+    integers in [0, 4)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, (shape, dtype) in types.items():
+        if np.issubdtype(np.dtype(dtype), np.integer):
+            out[name] = rng.integers(0, 4, size=tuple(shape)).astype(dtype)
+        elif np.dtype(dtype) == np.bool_:
+            out[name] = rng.integers(0, 2, size=tuple(shape)).astype(bool)
+        else:
+            out[name] = rng.standard_normal(tuple(shape)).astype(dtype)
+    return out
+
+
+class Built(NamedTuple):
+    """A program built and run once by :func:`build_and_run`."""
+
+    module: graph_executor.GraphModule
+    outputs: list[np.ndarray]
+    build_s: float  # compiling and making the executor (this TVM's LLVM JIT runs then); a build
+    # reused inside reuse_builds: the seconds its first build took
+    first_run_s: float  # the program's own first run: what one timing of it costs at least
+
+
+def build_and_run(mod, inputs: Mapping[str, np.ndarray], target: str | None = None, opt_level: int = 3,
+                  sequence: Sequence = (), what: str = "the program") -> Built:
+    """:func:`build` ``mod`` for ``target`` (default: the host) and run it once on
+    ``inputs``. The build seconds include creating the executor: this TVM's LLVM module
+    turns into machine code when the executor first looks up its kernels (11 s of
+    DenseNet-121 on a Zen 1, whose runs take 0.3 s), so the first run is the program's
+    own. Inside :func:`reuse_builds` a program built before is not built again and its build
+    seconds are the first build's. Progress (``what`` names the program) shows while it builds
+    and runs."""
+    reuse = _REUSE[-1] if _REUSE else None
+    hits = reuse.hits if reuse is not None else 0
+    t0 = time.perf_counter()
+    with progress.ticking(f"building {what}"):
+        lib = build(mod, target=target, opt_level=opt_level, sequence=sequence)
+        m = executor(lib)
+    t1 = time.perf_counter()
+    build_s = t1 - t0
+    if reuse is not None:
+        if reuse.hits > hits:
+            build_s = reuse.build_s.get(id(lib), build_s)
+        elif any(kept is lib for entries in reuse.kept.values() for _, kept in entries):
+            reuse.build_s[id(lib)] = build_s
+    with progress.ticking(f"running {what}"):
+        outputs = run(m, inputs)
+    return Built(m, outputs, build_s, time.perf_counter() - t1)
+
+
+# -- timing -------------------------------------------------------------------------------
+
+
+
+# -- comparing programs -------------------------------------------------------------------
+
+
+
+def output_error(ref: Sequence[np.ndarray], got: Sequence[np.ndarray]) -> tuple[float, str | None]:
+    """(largest ``max|a-b| / max|a|`` over the outputs, why it is infinite or None): each output's
+    error relative to its own scale, so a classifier whose random weights leave logits of 1e-9 (or
+    1e-14) is held to the same digits as one with logits of 10 (relative to ``max(1, max|a|)``, as
+    before 2026-11-27, any program passes there). Infinite when the outputs differ in count, shape
+    or dtype, when one has inf/nan where the other has not, or when an output that is all zeros
+    (a zero-initialized head) is not matched exactly."""
+    if len(ref) != len(got):
+        return float("inf"), f"{len(ref)} outputs before, {len(got)} after"
+    worst = 0.0
+    for k, (r, g) in enumerate(zip(ref, got)):
+        if r.shape != g.shape or r.dtype != g.dtype:
+            return float("inf"), (f"output {k}: {r.dtype}{list(r.shape)} before, "
+                                  f"{g.dtype}{list(g.shape)} after")
+        if r.size == 0:
+            continue
+        rf, gf = r.astype(np.float64), g.astype(np.float64)
+        finite = np.isfinite(rf) & np.isfinite(gf)
+        same = (rf == gf) | (np.isnan(rf) & np.isnan(gf))
+        if not np.all(same | finite):
+            return float("inf"), f"output {k}: inf/nan in one program and not the other"
+        if not finite.any():
+            continue
+        diff = float(np.abs(rf - gf)[finite].max())
+        scale = float(np.abs(rf[finite]).max())
+        if diff > 0 and scale == 0:
+            return float("inf"), f"output {k}: all zeros before, up to {diff:.3g} after"
+        if diff > 0:
+            worst = max(worst, diff / scale)
+    return worst, None

@@ -1,0 +1,281 @@
+"""TODO docstring."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import tvm
+
+from relay_eqsat.cost.base import FOREIGN_ERROR
+from relay_eqsat.user_warnings import warn
+
+from relay_eqsat.passes.relay.frontend import main_function
+from .timing import FIRST_RUN_TRUSTED_S, WALL_CLOCK_S, paired_ratio, time_rounds, timer
+from .build import build_and_run, output_error, random_inputs
+from relay_eqsat.passes.runtime.target import host_target, runs_here
+
+
+#: with ``check_runtime``, the optimized program is kept only if its median
+#: per-round time ratio (after / before) is at most 1 - RUNTIME_MARGIN and it
+#: was the faster of the two in at least RUNTIME_MIN_WINS of the
+#: RUNTIME_REPEAT interleaved rounds (a sign test: by chance alone, 8 of 9
+#: happens with probability 0.02). Each timing lasts at least
+#: RUNTIME_MIN_REPEAT_MS. A 2-core machine shared with other jobs varies by
+#: several percent between runs; a single median-vs-median comparison with a
+#: 1% margin kept slower programs.
+RUNTIME_MARGIN = 0.02
+
+
+RUNTIME_REPEAT = 9
+
+
+RUNTIME_MIN_WINS = 8
+
+
+RUNTIME_MIN_REPEAT_MS = 50
+
+
+#: a program too slow for RUNTIME_REPEAT rounds within ``check_time_limit`` is timed in fewer,
+#: never fewer than this (then it must win every round: the sign test at the same level)
+RUNTIME_MIN_ROUNDS = 6
+
+
+#: the chance, for two programs equally fast, of winning the rounds a result needs (sign test)
+RUNTIME_ALPHA = 0.02
+
+
+#: the check's settings, part of a remembered verdict's key
+RUNTIME_SETTINGS = f"{RUNTIME_MARGIN}/{RUNTIME_REPEAT}/{RUNTIME_MIN_WINS}/{RUNTIME_MIN_ROUNDS}/{RUNTIME_ALPHA}"
+
+
+class EqSatVerificationError(RuntimeError):
+    """``verify=True`` and the optimized module computes different outputs."""
+
+
+@dataclasses.dataclass
+class Judgement:
+    """How the pass decides whether to keep its result, for one run.
+
+    check_runtime  build and time both programs here (the target runs on this machine)
+    calibrate      measure the compared programs' kernels here first (no cost data for this CPU)
+    min_gain       predicted gain required (0 when the runtime check decides; else the cost
+                   model's calibrated error for the target, or the user's ``min_gain``)
+    notes          why, in words (in the report as ``judged_by``)
+    """
+
+    check_runtime: bool
+    calibrate: bool
+    min_gain: float
+    fallback_gain: float
+    notes: str
+
+
+def judge(opts: Mapping[str, Any], cost_model) -> Judgement:
+    """Resolve ``check_runtime``, ``calibrate`` and ``min_gain`` (auto: from whether the target runs
+    on this machine and what the cost model rests on)."""
+    target = opts.get("target") or host_target()
+    here = runs_here(target)
+    check = {"on": True, "off": False, "auto": here}[opts["check_runtime"]]
+    notes = []
+    if check and not here:
+        warn(f"EqSatPass: check_runtime needs a target that runs on this machine, not {target!r} "
+             "(cross-compiling); a predicted gain beyond the cost model's error decides instead")
+        check = False
+    kind = getattr(cost_model, "kind", None)
+    measurable = here and kind in ("auto", "measured")
+    # measured kernels decide even on a CPU with shipped data: it covers the models it was measured
+    # on, not the kernels a rewrite creates (SqueezeNet1.1 on Sapphire Rapids: the candidate chosen
+    # on the shipped data ran 1.08x faster, the one chosen after measuring its new kernels 1.17x)
+    calibrate = measurable and opts["calibrate"] != "off"  # "auto" is "on" where the target runs here
+    # a cost object of the user's own (no calibrated_error) is trusted as little as another CPU's model
+    error = (cost_model.calibrated_error() if callable(getattr(cost_model, "calibrated_error", None))
+             else FOREIGN_ERROR)
+    fallback = float(opts["min_gain"]) if opts.get("min_gain") is not None else error
+    if calibrate:
+        notes.append("kernels measured on this machine")
+    if check:
+        notes.append("runtime measured on this machine")
+        gain = float(opts["min_gain"]) if opts.get("min_gain") is not None else 0.0
+    else:
+        gain = fallback
+        notes.append(f"predicted gain over {gain:.0%} required"
+                     + (" (the cost model's calibrated error for this target)" if opts.get("min_gain") is None
+                        else "") + ("; cross-compiling" if not here else "; runtime not measured"))
+    return Judgement(check, calibrate, gain, fallback, "; ".join(notes))
+
+
+def _check_inputs(mod: tvm.IRModule, seed: int) -> dict[str, np.ndarray]:
+    _, func = main_function(mod)
+    types = {v.name_hint: ([int(d) for d in v.checked_type.shape], str(v.checked_type.dtype))
+             for v in func.params}
+    return random_inputs(types, seed)
+
+
+def wins_needed(rounds: int, alpha: float = RUNTIME_ALPHA) -> int:
+    """The fewest wins out of ``rounds`` that two equally fast programs reach with
+    probability at most ``alpha`` (one-sided sign test); ``rounds + 1`` if none does."""
+    tail = 0.0
+    for w in range(rounds, -1, -1):
+        tail += math.comb(rounds, w) / 2 ** rounds
+        if tail > alpha:
+            return w + 1
+    return 0
+
+
+def _one_run_seconds(m, first_run_s: float, time_limit: float) -> float:
+    """Seconds of one run of ``m``: its first run (``build_and_run``'s ``first_run_s``)
+    when that is :data:`FIRST_RUN_TRUSTED_S` or more, or when even half of it would not
+    let :data:`RUNTIME_MIN_ROUNDS` rounds fit in ``time_limit`` (a slow model is not run
+    again just to learn it is slow), else one warm timed run."""
+    if first_run_s >= FIRST_RUN_TRUSTED_S or first_run_s / 2 * RUNTIME_MIN_ROUNDS > time_limit:
+        return first_run_s
+    return timer(m)()[0]
+
+
+def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rtol: float = 1e-4,
+                    target: str | None = None, time_repeat: int = 0,
+                    time_limit: float | None = None, others: Sequence[tvm.IRModule] = ()) -> dict[str, Any]:
+    """Build both modules for ``target`` (default: the host), run them on the
+    same random inputs and raise :class:`EqSatVerificationError` if an output
+    differs by more than ``rtol * max|output|``. With ``time_repeat``,
+    also time both in up to ``time_repeat`` interleaved rounds, as many as fit in
+    ``time_limit`` seconds but at least :data:`RUNTIME_MIN_ROUNDS` (when not even
+    those fit, nothing is timed and ``untimed`` says why). Returns ``max_error``
+    and, when timed, ``runtime_before`` and ``runtime_after`` (medians,
+    seconds), ``ratio`` (the median of the per-round ratios after / before),
+    ``wins`` (rounds in which ``after`` was faster) and ``rounds``.
+
+    ``others``: more candidates for ``after``'s place, built, checked and timed in the same rounds
+    as long as the rounds still fit with them (only when timing; ``others_untimed``: how many did
+    not); then ``chosen`` is the index (0: ``after``, k: ``others[k - 1]``) of the one with the
+    lowest median ratio, the figures above are its, and ``candidates`` holds every one's
+    (``ratio``, ``wins``, ``runtime``). ``max_error`` is the largest of theirs."""
+    inputs = _check_inputs(before, seed)
+    m_before, ref, _, first_before = build_and_run(before, inputs, target)
+
+    def built_and_checked(mod):
+        m, got, _, first = build_and_run(mod, inputs, target)
+        err, why = output_error(ref, got)
+        if why is not None:
+            raise EqSatVerificationError(why)
+        if not err <= rtol:
+            raise EqSatVerificationError(f"max error {err:.3g} (relative) > {rtol:g}")
+        return m, first, err
+
+    m_after, first_after, err = built_and_checked(after)
+    out: dict[str, Any] = {"max_error": err}
+    if time_repeat <= 0:
+        return out  # nothing timed: no other candidate could be chosen, none is built
+    limit = math.inf if time_limit is None else time_limit
+    runs = [m_before, m_after]
+    one_run = [_one_run_seconds(m, first, limit) for m, first in ((m_before, first_before), (m_after, first_after))]
+    rounds, wall, per_round = _timing_plan(one_run, time_repeat, time_limit)
+    if rounds < min(RUNTIME_MIN_ROUNDS, time_repeat):
+        out["untimed"] = (f"one timing round takes {per_round:.2f} s: {RUNTIME_MIN_ROUNDS} rounds do not "
+                          f"fit in check_time_limit={time_limit:g} s")
+        return out
+    for mod in others:  # built and timed only while the rounds still fit with it (it runs about as long as the result)
+        if _timing_plan(one_run + [one_run[1]], time_repeat, time_limit)[0] < rounds:
+            break
+        m, first, err = built_and_checked(mod)
+        out["max_error"] = max(out["max_error"], err)
+        seconds = _one_run_seconds(m, first, limit)
+        if _timing_plan(one_run + [seconds], time_repeat, time_limit)[0] < rounds:
+            break  # it ran slower than the result
+        runs.append(m)
+        one_run.append(seconds)
+    if len(runs) - 2 < len(others):
+        out["others_untimed"] = len(others) - (len(runs) - 2)
+    wall = _timing_plan(one_run, time_repeat, time_limit)[1]
+    t_before, *t_after = time_rounds(runs, repeat=rounds, min_repeat_ms=RUNTIME_MIN_REPEAT_MS, wall=wall)
+    candidates = []
+    for t in t_after:
+        ratio, wins = paired_ratio(t_before, t)
+        candidates.append({"ratio": ratio, "wins": wins, "runtime": statistics.median(t)})
+    chosen = min(range(len(candidates)), key=lambda k: candidates[k]["ratio"])
+    best = candidates[chosen]
+    out.update(runtime_before=statistics.median(t_before), runtime_after=best["runtime"],
+               ratio=best["ratio"], wins=best["wins"], rounds=len(t_before))
+    if len(candidates) > 1:
+        out.update(chosen=chosen, candidates=candidates)
+    return out
+
+
+def _timing_plan(one_run: Sequence[float], time_repeat: int, time_limit: float | None) -> tuple[int, list[bool], float]:
+    """(rounds, wall-clock flags, seconds a round takes) for timing programs whose one run takes
+    ``one_run`` seconds each: ``time_repeat`` rounds, fewer where they would not fit in
+    ``time_limit``. A program of WALL_CLOCK_S or more is timed by the wall clock: TVM's
+    time_evaluator would run it once untimed before every timing, doubling what the check takes
+    (DistilBERT's 10.9-s input: 9 rounds took 200 s where 120 were allowed)."""
+    wall = [s >= WALL_CLOCK_S for s in one_run]
+    floor = RUNTIME_MIN_REPEAT_MS / 1e3
+    per_round = sum(s if w else max(floor, s) + s for s, w in zip(one_run, wall))
+    rounds = time_repeat if time_limit is None else min(time_repeat, int(time_limit // per_round))
+    return rounds, wall, per_round
+
+
+def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, Any],
+                  report: dict, judgement: Judgement, others: Sequence[tvm.IRModule] = ()) -> int | None:
+    """``verify`` and the runtime check: which program to keep, ``after`` (0), one of ``others``
+    (its index + 1: calibration's other candidates, timed in the same rounds, the fastest of them
+    all judged) or none (None, the input stays); notes what it found in ``report``. A numerical
+    mismatch of any raises with ``verify``, else (or when one fails to build) rejects them all with a
+    warning; with ``judgement.check_runtime``, a program is kept only if measured faster: a median
+    per-round speedup of at least :data:`RUNTIME_MARGIN`, and faster in at
+    least :data:`RUNTIME_MIN_WINS` of :data:`RUNTIME_REPEAT` rounds (in fewer
+    rounds, when a round is too slow for ``check_time_limit``, in
+    :func:`wins_needed` of them; when not even :data:`RUNTIME_MIN_ROUNDS` fit,
+    the predicted gain must exceed ``judgement.fallback_gain``). Outputs are
+    compared on the host when the target does not run here."""
+    timed = judgement.check_runtime
+    others = others if timed else ()
+    target = opts.get("target")
+    target = target if runs_here(target) else None
+    try:
+        res = compare_modules(before, after, seed=opts["seed"], target=target,
+                              time_repeat=RUNTIME_REPEAT if timed else 0,
+                              time_limit=float(opts["check_time_limit"]), others=others)
+    except EqSatVerificationError as e:
+        if opts.get("verify"):
+            raise
+        warn(f"EqSatPass: the optimized program computes different outputs ({e}); module left unchanged")
+        report.update(changed=False, reason=f"rejected: outputs differ ({e})")
+        return None
+    except Exception as e:  # noqa: BLE001 - TVM failing to build either program
+        if opts.get("verify"):
+            raise
+        warn(f"EqSatPass: building for the runtime check failed ({type(e).__name__}: "
+             f"{str(e).strip().splitlines()[-1] if str(e).strip() else ''}); module left unchanged")
+        report.update(changed=False, reason=f"rejected: build failed ({type(e).__name__})")
+        return None
+    report["verify_error"] = res["max_error"]
+    if not timed:
+        return 0
+    if "untimed" in res:
+        predicted = report.get("predicted_speedup", 1.0)
+        report["runtime_untimed"] = res["untimed"]
+        if predicted >= 1 + judgement.fallback_gain:
+            return 0
+        report.update(changed=False, reason=(f"{res['untimed']}, and the predicted {predicted:.3f}x is within the "
+                                             f"cost model's error ({judgement.fallback_gain:.0%}); input kept"))
+        return None
+    before_s, after_s, ratio, wins, rounds = (res["runtime_before"], res["runtime_after"], res["ratio"],
+                                              res["wins"], res["rounds"])
+    chosen = res.get("chosen", 0)
+    report.update(runtime_before=before_s, runtime_after=after_s, measured_speedup=1.0 / ratio,
+                  runtime_wins=f"{wins}/{rounds}")
+    if res.get("others_untimed"):
+        report["runtime_others_untimed"] = res["others_untimed"]
+    if "candidates" in res:
+        report["runtime_candidates"] = [{"measured_speedup": 1.0 / c["ratio"], "runtime_wins": f"{c['wins']}/{rounds}"}
+                                        for c in res["candidates"]]
+        report["runtime_chosen"] = chosen
+    if ratio <= 1 - RUNTIME_MARGIN and wins >= wins_needed(rounds):
+        return chosen
+    report.update(changed=False, reason=(f"measured no faster ({before_s * 1e3:.3f} ms -> {after_s * 1e3:.3f} ms, "
+                                         f"median ratio {ratio:.3f}, faster in {wins}/{rounds} rounds); "
+                                         "input kept"))
+    return None

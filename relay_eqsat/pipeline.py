@@ -1,0 +1,363 @@
+"""The optimizer between frontend and backend: TensorGraph in, a cheaper equivalent TensorGraph out.
+
+Pipeline (DESIGN.md): insert the graph into an e-graph, grow it with a
+scheduler (TENSAT's sequential saturation or MCTS), extract the cheapest
+acyclic program under the cost model, and keep it only if it is cheaper than
+the input ("never worse"). Used by the Relay pass, the CLI and the benchmarks.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
+from typing import Any, Iterable, Mapping, Sequence
+
+from . import rewrite as rules_mod
+from .cost import CostModel, make_cost_model
+from relay_eqsat.cost.calibrate import Calibrator
+from relay_eqsat.cost.inlining import fusion_cuts
+from .egraph import EGraph
+from .extract import get_extractor
+from .graph import TensorGraph
+from .options import OPTIMIZER_OPTIONS, OPTIONS, validate
+from .progress import ticking
+from relay_eqsat.rewrite.check import check_user_rules, load_user_rule_file
+from .rewrite import rules_for_target
+from .search import Limits, get_scheduler
+
+log = logging.getLogger("relay_eqsat")
+
+
+def _check_options(self) -> None:
+    """Validate every field through the options schema (``relay_eqsat.options``),
+    coercing strings ("5000" -> 5000); ValueError naming a bad one."""
+    for name, value in validate({f.name: getattr(self, f.name) for f in fields(self)}).items():
+        setattr(self, name, value)
+
+
+def _options_from_mapping(cls, options: Mapping[str, Any] | None) -> "OptimizeOptions":
+    """Options from a dict (None values: the defaults); unknown keys raise ValueError naming them."""
+    options = dict(options or {})
+    unknown = [k for k in options if k not in OPTIMIZER_OPTIONS]
+    if unknown:
+        raise ValueError(f"unknown optimizer options {unknown}; known: {list(OPTIMIZER_OPTIONS)}")
+    return cls(**{k: v for k, v in options.items() if v is not None})
+
+
+#: Every knob of the optimizer: the ``optimizer`` options of the schema
+#: (``relay_eqsat.options``), with its defaults; validated on construction.
+OptimizeOptions = make_dataclass(
+    "OptimizeOptions", [(name, Any, field(default=OPTIONS[name].default)) for name in OPTIMIZER_OPTIONS],
+    namespace={
+        "__module__": __name__,
+        "__doc__": "Every knob of the optimizer (see ``relay_eqsat.options`` for the pass's others).\n\n"
+                   + "\n".join(f"    {n:<20} {OPTIONS[n].help} (default {OPTIONS[n].default!r})"
+                               for n in OPTIMIZER_OPTIONS),
+        "__post_init__": _check_options,
+        "check": _check_options,
+        "from_mapping": classmethod(_options_from_mapping),
+    })
+
+
+@dataclass
+class OptimizeReport:
+    """What the optimizer did; attached to the pass's result and printed by the CLI."""
+
+    changed: bool = False
+    reason: str = ""
+    search: str = ""
+    stop_reason: str = ""
+    iterations: int = 0
+    rules_fired: dict[str, int] = field(default_factory=dict)
+    #: per rule, how many of the returned program's nodes its applications added (a node two rules
+    #: would add counts for the first); empty when the input is returned
+    rules_in_result: dict[str, int] = field(default_factory=dict)
+    egraph_nodes: int = 0
+    egraph_classes: int = 0
+    blacklisted: int = 0
+    cost_before: float = 0.0
+    cost_after: float = 0.0
+    extractor: str = ""
+    extract_status: str = ""
+    optimal: bool = False
+    nodes_before: int = 0
+    nodes_after: int = 0
+    ops_before: dict[str, int] = field(default_factory=dict)
+    ops_after: dict[str, int] = field(default_factory=dict)
+    search_time: float = 0.0
+    extract_time: float = 0.0
+    total_time: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+    #: with ``runtime_decides``: the other programs calibration chose in its rounds, cheaper than
+    #: the input under the measured kernels, cheapest first (at most :data:`RUNTIME_ALTERNATIVES`),
+    #: for the caller's runtime check to time beside the result (not in ``to_dict``: programs)
+    alternatives: list[Candidate] = field(default_factory=list, repr=False)
+
+    @property
+    def speedup(self) -> float:
+        """Predicted speedup (cost before / cost after)."""
+        return self.cost_before / self.cost_after if self.cost_after > 0 else 1.0
+
+    def to_dict(self) -> dict:
+        d = asdict(replace(self, alternatives=[]))
+        del d["alternatives"]
+        d["predicted_speedup"] = self.speedup
+        return d
+
+    def summary(self) -> str:
+        fired = {k: v for k, v in sorted(self.rules_fired.items(), key=lambda kv: -kv[1]) if v}
+        return (f"{'changed' if self.changed else 'unchanged'} ({self.reason}); search {self.search}: "
+                f"{self.stop_reason} after {self.iterations} steps, e-graph {self.egraph_nodes} nodes; "
+                f"cost {self.cost_before * 1e3:.3f} ms -> {self.cost_after * 1e3:.3f} ms "
+                f"({self.speedup:.3f}x predicted) by {self.extractor} [{self.extract_status}]; "
+                f"{self.total_time:.2f}s; rules {fired}; in the result {self.rules_in_result}")
+
+
+@dataclass
+class Candidate:
+    """A program the optimizer could return instead of its result: the program, its cost under the
+    cost model and, per rule, the nodes its applications added (as ``OptimizeReport``'s fields)."""
+
+    graph: TensorGraph
+    cost: float
+    rules_in_result: dict[str, int]
+
+    def report_fields(self) -> dict:
+        """The fields of ``OptimizeReport.to_dict()`` that describe the returned program, for this one."""
+        return {"cost_after": self.cost, "rules_in_result": dict(self.rules_in_result),
+                "nodes_after": len(self.graph), "ops_after": self.graph.op_counts()}
+
+
+def rule_file(rules: str | os.PathLike) -> tuple[Any, bool]:
+    """``(file, user)``: the rule file a rule-set option names and whether it is the user's.
+
+    ``NAME.rules`` is a path first (relative to the working directory), then a
+    shipped set; ``NAME`` is a shipped set (an ``importlib.resources`` file);
+    ValueError for a name that is neither."""
+    rules = os.fspath(rules)
+    plain = "/" not in rules and "\\" not in rules
+    if rules.endswith(".rules") and os.path.isfile(rules):
+        # a file in the working directory comes before a shipped set of the same name
+        return rules, True
+    fname = rules if rules.endswith(".rules") else rules + ".rules"
+    if plain and fname in rules_mod.shipped_rule_files():
+        return rules_mod.rules_root().joinpath(fname), False
+    if rules.endswith(".rules") or not plain:
+        return rules, True
+    shipped = ", ".join(f[:-len(".rules")] for f in rules_mod.shipped_rule_files())
+    raise ValueError(f"no shipped rule set {rules!r} (shipped: {shipped}); a rule file path ends in .rules")
+
+
+def resolve_rules(rules: Any, trust: bool = False) -> list:
+    """A rule list from a shipped set name, a .rules path, or a list of rules
+    (which file a name or path means: `rule_file`).
+
+    User rules (a rule file, or Rule objects other than the shipped ones) are
+    verified numerically once per process (``relay_eqsat.rewrite.check``): a
+    wrong rule, or one without a verifiable instance unless ``trust``, raises
+    ``RuleVerificationError`` (a ValueError) naming the rule, its file and
+    line, and what failed. Shipped sets are verified by the test suite."""
+    if isinstance(rules, (list, tuple)):
+        rules = list(rules)
+        check_user_rules(rules, trust=trust)
+        return rules
+    if isinstance(rules, (str, os.PathLike)):
+        path, user = rule_file(rules)
+        return load_user_rule_file(path, trust=trust) if user else rules_mod.load_rules(path.name)
+    raise ValueError(f"rules must be a rule-set name, a .rules path or a list of rules, not {rules!r}")
+
+
+def resolve_cost(cost: Any, target: str | None = None):
+    """A CostModel from a kind name, or the model itself."""
+    if isinstance(cost, CostModel):
+        return cost
+    if isinstance(cost, str):
+        return make_cost_model(cost, target=target)
+    if callable(getattr(cost, "node_cost", None)) and callable(getattr(cost, "graph_cost", None)):
+        return cost
+    raise ValueError(f"cost must be a kind name or a CostModel, not {cost!r}")
+
+
+def check_equivalent_interface(before: TensorGraph, after: TensorGraph) -> None:
+    """The optimized graph must take the same inputs and return the same type."""
+    after.validate()
+    if before[before.output].type != after[after.output].type:
+        raise ValueError(f"output type changed: {before[before.output].type} -> {after[after.output].type}")
+    tin, tout = before.input_types(), after.input_types()
+    for name, t in tout.items():
+        if tin.get(name) != t:
+            raise ValueError(f"input {name!r} changed type or appeared: {tin.get(name)} -> {t}")
+
+
+#: measure-and-re-extract rounds of a calibration (each round measures the kernels the new candidate
+#: adds, then extracts again with their measured times)
+CALIBRATION_ROUNDS = 3
+#: at most this many of calibration's other candidates go to a runtime check beside the result: near
+#: ties between them flip with a kernel's measurement (SqueezeNet1.1 on a Zen 4: a second round's
+#: timings chose a program that also widens the first convolution, predicted 1.13x, timed 1.10x;
+#: the first round's, predicted 1.12x, timed 1.12-1.15x)
+RUNTIME_ALTERNATIVES = 2
+
+
+def rules_in_program(egraph, enodes: Iterable[int]) -> dict[str, int]:
+    """Per rule, how many of the e-nodes ``enodes`` (a program extracted from ``egraph``) its
+    applications added (``EGraph.node_origin``), most first; the input's nodes count for none."""
+    counts: dict[str, int] = {}
+    for n in enodes:
+        rule = egraph.node_origin(n)
+        if rule is not None:
+            counts[rule] = counts.get(rule, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def rules_in_words(used: Mapping[str, int], top: int | None = None) -> str:
+    """``OptimizeReport.rules_in_result`` as text, most nodes first: ``"dense-merge (2 nodes), ..."``."""
+    items = sorted(((k, v) for k, v in used.items() if v), key=lambda kv: (-kv[1], kv[0]))
+    shown = items if top is None else items[:top]
+    text = ", ".join(f"{k} ({v} node{'s' if v != 1 else ''})" for k, v in shown)
+    return text + (f", +{len(items) - len(shown)} more" if len(items) > len(shown) else "")
+
+
+def _same_program(a: TensorGraph, b: TensorGraph) -> bool:
+    return a.output == b.output and a.nodes == b.nodes
+
+
+def _alternatives(egraph, candidates: Sequence[tuple], out: TensorGraph, below: float,
+                  cost_model) -> list[Candidate]:
+    """Calibration's candidates other than ``out`` (each distinct once) that the measured kernels
+    price below ``below``, cheapest first, at most :data:`RUNTIME_ALTERNATIVES`."""
+    found: list[Candidate] = []
+    for g, solution in candidates:
+        if _same_program(g, out) or any(_same_program(g, c.graph) for c in found):
+            continue
+        cost = cost_model.graph_cost(g)
+        if cost < below:
+            found.append(Candidate(g, cost, rules_in_program(egraph, solution.info.get("enodes", ()))))
+    return sorted(found, key=lambda c: c.cost)[:RUNTIME_ALTERNATIVES]
+
+
+def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, Any] | None = None,
+                   cost_model=None, rules: Sequence | None = None, *, min_gain: float = 0.0,
+                   calibrate: bool = False, calibrate_time_limit: float = 300.0,
+                   runtime_decides: bool = False,
+                   progress: bool | None = None) -> tuple[TensorGraph, OptimizeReport]:
+    """Optimize ``graph``; returns (graph', report). graph' is ``graph`` itself
+    unless the result is predicted faster by more than ``min_gain`` (0.1: 10%;
+    0: any gain; never worse under the cost model).
+
+    ``calibrate``: measure on this machine, within ``calibrate_time_limit``
+    seconds, the kernels of the input and of each candidate extraction, and
+    extract again with their measured times (up to :data:`CALIBRATION_ROUNDS`
+    rounds; out of rounds, the candidate cheapest under the measured times is
+    taken, not the last extraction, whose kernels were measured after it was
+    chosen), so the result and the decision rest on this CPU's kernel times
+    (``cost.calibrate``; the report's ``info["calibration"]`` says what was
+    measured). Kernel times measured alone miss what happens between kernels
+    (launch overheads, fusion), so with ``runtime_decides`` (the caller times
+    the whole programs next) calibration chooses the candidate but does not
+    veto one: when the measured kernels make no candidate cheaper, the first
+    one (the shipped model's) is returned for the runtime to decide on; when
+    they do, the report's ``alternatives`` hold the rounds' other candidates
+    they price below the input, for the runtime to time beside the result."""
+    t0 = time.perf_counter()
+    opts = options if isinstance(options, OptimizeOptions) else OptimizeOptions.from_mapping(options)
+    cost_model = cost_model if cost_model is not None else resolve_cost(opts.cost, opts.target)
+    rules, avoided = rules_for_target(resolve_rules(rules if rules is not None else opts.rules), opts.target,
+                                      opts.fast_math)
+    rep = OptimizeReport(search=opts.search)
+    if avoided:
+        rep.info["rules_avoided"] = avoided
+    graph = graph.compact()
+    rep.nodes_before = len(graph)
+    rep.ops_before = graph.op_counts()
+    rep.cost_before = cost_model.graph_cost(graph)
+
+    egraph = EGraph()
+    root = egraph.add_graph(graph)
+    limits = Limits(node_limit=opts.node_limit, iter_limit=opts.iter_limit, time_limit=opts.time_limit,
+                    k_multi=opts.k_multi, cycle_filter=opts.cycle_filter)
+    ts = time.perf_counter()
+    scheduler = get_scheduler(opts.search, opts, root=root)  # None: no search
+    srep = None if scheduler is None else scheduler.run(egraph, rules, limits, cost_model.node_cost)
+    if srep is not None and srep.info:  # what the scheduler adds (MCTS: its counters), its history left out
+        rep.info[opts.search] = {k: v for k, v in srep.info.items() if k != "history"}
+    rep.search_time = time.perf_counter() - ts
+    if srep is not None:
+        rep.stop_reason, rep.iterations = srep.stop_reason, srep.iterations
+        rep.rules_fired = dict(srep.fired)
+        rep.blacklisted = srep.blacklisted
+    else:
+        rep.stop_reason = "no search"
+    rep.egraph_nodes, rep.egraph_classes = egraph.num_nodes, egraph.num_classes
+    rep.info["type_mismatch"] = egraph.type_mismatches  # rule applications skipped: right side's type differs
+
+    te = time.perf_counter()
+    extractor = get_extractor(opts.final_extractor)
+    calibrator = None
+    candidates: list = []  # each calibration round's extraction, its kernels measured after it
+    for _ in range(CALIBRATION_ROUNDS + 1):
+        with ticking(f"extracting ({extractor.name})", opts.extract_time_limit, enabled=progress):
+            out, solution = extractor.extract_graph(egraph, root, cost_model.node_cost, opts.extract_time_limit,
+                                                    program_cost=getattr(cost_model, "program_cost", None))
+        log.debug("extracted (%s): cost %.6g, %s", extractor.name, solution.cost, solution.status)
+        out = out.compact()
+        if not calibrate or cost_model.graph_cost(out) >= cost_model.graph_cost(graph) * (1 - 1e-6):
+            break  # nothing to calibrate, or no candidate: the input stands
+        candidates.append((out, solution))
+        if calibrator is None:
+            calibrator = Calibrator(cost_model, calibrate_time_limit, progress=progress)
+        if not calibrator.measure([graph, out]):
+            break  # the compared kernels' costs did not change: the extraction stands
+    else:  # out of rounds (every round calibrated a candidate)
+        # the last extraction's kernels were measured after it was chosen: each round, the borrowed
+        # model priced some alternative it had not measured too low (bert-base on a Zen 1: dense,
+        # batch_matmul and per-batch dense forms of the linear layers; the fourth candidate measured
+        # 1.5x dearer than the first), so the cheapest candidate under the measured times
+        costs = [cost_model.graph_cost(c[0]) for c in candidates]
+        log.debug("calibration out of rounds; the candidates' measured costs: %s", costs)
+        out, solution = candidates[costs.index(min(costs))]
+    if calibrator is not None:
+        rep.info["calibration"] = calibrator.close().to_dict()
+        rep.cost_before = cost_model.graph_cost(graph)  # now with the measured kernel times
+        if runtime_decides and cost_model.graph_cost(out) >= rep.cost_before * (1 - 1e-6):
+            out, solution = candidates[0]  # measured kernels favour no candidate: the runtime will decide
+            rep.info["calibration"]["vetoed"] = True
+        elif runtime_decides:  # what a result must cost to be kept (below): the alternatives too
+            rep.alternatives = _alternatives(egraph, candidates, out, rep.cost_before / (1 + min_gain) * (1 - 1e-6),
+                                             cost_model)
+    rep.extract_time = time.perf_counter() - te
+    rep.extractor, rep.extract_status, rep.optimal = extractor.name, solution.status, solution.optimal
+    rep.info["extraction_cost"] = solution.cost
+
+    check_equivalent_interface(graph, out)
+    rep.rules_in_result = rules_in_program(egraph, solution.info.get("enodes", ()))
+    rep.cost_after = cost_model.graph_cost(out)
+    rep.nodes_after = len(out)
+    rep.ops_after = out.op_counts()
+    cuts = sum(len(c) for c in fusion_cuts(out).values())
+    if cuts:  # kernels TVM would take minutes to compile whole: the backend stops fusion there
+        rep.info["fusion_cuts"] = cuts
+    rep.total_time = time.perf_counter() - t0
+    rep.info["min_gain"] = min_gain
+    if rep.info.get("calibration", {}).get("vetoed"):
+        rep.changed = True
+        rep.reason = ("cheaper under the shipped model, not under this CPU's measured kernels "
+                      f"({rep.speedup:.3f}x); the whole programs' runtime decides")
+        log.info("relay-eqsat: %s", rep.summary())
+        return out, rep
+    if rep.cost_after < rep.cost_before / (1 + min_gain) * (1 - 1e-6):
+        rep.changed, rep.reason = True, "cheaper program found"
+        log.info("relay-eqsat: %s", rep.summary())
+        return out, rep
+    rep.changed, rep.alternatives = False, []
+    if rep.cost_after < rep.cost_before * (1 - 1e-6):
+        rep.reason = (f"predicted {rep.speedup:.3f}x, within the cost model's error for this target "
+                      f"(a gain over {min_gain:.0%} is required); input kept")
+    else:
+        rep.reason = "no cheaper program under the cost model; input kept"
+    rep.cost_after = rep.cost_before
+    rep.nodes_after, rep.ops_after = rep.nodes_before, rep.ops_before
+    rep.rules_in_result = {}
+    log.info("relay-eqsat: %s", rep.summary())
+    return graph, rep

@@ -1,0 +1,1 @@
+"""Testing the optimizer itself: differential fuzzing (:mod:`.fuzz`, built from :mod:`.motifs`)."""
