@@ -33,19 +33,20 @@ _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
 
 
+#: the ``search`` option's names: the shipped schedulers, in this order, then any registered later
+#: (``relay_eqsat.search.register_scheduler`` adds its name here: the search package imports this
+#: module for its defaults, so the schema names its schedulers instead of importing their registry)
+SEARCHES: list[str] = ["tensat", "mcts", "none"]
+
+
+def add_search(name: str) -> None:
+    """Allow ``name`` as a ``search`` value (called by ``register_scheduler``)."""
+    if name not in SEARCHES:
+        SEARCHES.append(name)
+
+
 def _searches() -> tuple[str, ...]:
-    """Names of the registered schedulers (``relay_eqsat.search.SCHEDULERS``; "none": no search)."""
-    from .search import SCHEDULERS
-
-    return tuple(SCHEDULERS)
-
-
-def __getattr__(name: str) -> Any:
-    # SEARCHES, the scheduler names, read from the registry when first asked for (the search
-    # package imports this module for its defaults)
-    if name == "SEARCHES":
-        return _searches()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return tuple(SEARCHES)
 
 
 def _extractors() -> tuple[str, ...]:

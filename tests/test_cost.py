@@ -18,7 +18,7 @@ from relay_eqsat.cost import (
     instances_from_graph, make_cost_model,
 )
 from relay_eqsat.cost import measure as measure_mod
-from relay_eqsat.cost.base import extra_read_share, standalone_elementwise
+from relay_eqsat.cost.fusion import extra_read_share, standalone_elementwise
 from relay_eqsat.cost.instance import attrs_from_str, attrs_to_str
 from relay_eqsat.cost.learned import FEATURE_NAMES, LearnedCostModel, feature_matrix, features
 from relay_eqsat.cost.measure import BackendUnavailable, MeasureConfig, Measurer, select_backend
@@ -613,7 +613,7 @@ def test_fit_fusion_chooses_by_leave_one_family_out():
     leave-one-family-out error is least (the weights it fitted and the prior in the report); a
     model's two sizes leave together; with fewer than three families, every weight and the weak
     prior (as before the choice)."""
-    from relay_eqsat.cost.base import ALL_TERMS, DEFAULT_PRIOR, DISCOUNTS, PRIOR_GRID
+    from relay_eqsat.cost.fit import ALL_TERMS, DEFAULT_PRIOR, DISCOUNTS, PRIOR_GRID
 
     cm = CostModel("analytic", TARGET)
     graphs = _fusion_graphs()

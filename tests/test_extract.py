@@ -579,7 +579,7 @@ def test_extract_graph_refines_with_the_program_cost(name):
     """A merge of sibling convolutions is cheaper per node, but behind its split the branches'
     bias and relu no longer fuse: the whole-program cost says so, and the extractor, re-solving
     with those extra costs, returns the unmerged program."""
-    from relay_eqsat.cost.base import standalone_elementwise
+    from relay_eqsat.cost.fusion import standalone_elementwise
     from relay_eqsat.egraph import EGraph
     from relay_eqsat.graph import TensorGraph
     from relay_eqsat.rewrite import load_rules

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from relay_eqsat.cost import CostModel, FusionRule, OpInstance
-from relay_eqsat.cost.base import epilogue_seconds
+from relay_eqsat.cost.fusion import epilogue_seconds
 from relay_eqsat.cost.cache import CostCache
 from relay_eqsat.cost.groups import fit_epilogue, fused_groups, group_anchor, group_graph
 from relay_eqsat.cost.instance import GROUP_OP

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from relay_eqsat import ops
-from relay_eqsat.cost.base import standalone_elementwise
+from relay_eqsat.cost.fusion import standalone_elementwise
 from relay_eqsat.cost.inlining import MAX_INLINED_READS, fusion_cuts, inlined_reads
 from relay_eqsat.graph import TensorGraph
 

@@ -53,7 +53,7 @@ def _reads_in_tvm(name: str) -> int:
     xs = [relay.var(f"x{k}", shape=s) for k, s in enumerate(shapes)]
     w = relay.const(np.random.default_rng(0).standard_normal((16, 16)).astype("float32"))
     first = relay.Call(relay.op.get("fast_tanh"), [relay.nn.dense(xs[0], w)])
-    e = d.relay.to_relay({**(d.defaults or {}), **ATTRS.get(name, {})}, [first] + xs[1:],
+    e = d.conversion("relay").to_ir({**(d.defaults or {}), **ATTRS.get(name, {})}, [first] + xs[1:],
                          [TensorType(s, "float32") for s in shapes], TensorType((4, 16), "float32"))
     grab = _LoweredTIR()
     with tvm.transform.PassContext(opt_level=3, instruments=[grab], config={"tir.disable_cse_tir": True}):

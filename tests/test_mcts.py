@@ -253,3 +253,25 @@ def test_patience_comes_from_the_options():
     assert MCTSScheduler.from_options(OptimizeOptions(search="mcts", patience="3")).options.patience == 3
     with pytest.raises(ValueError, match="patience"):
         OptimizeOptions(search="mcts", patience=-1)
+
+
+def test_the_search_option_names_every_registered_scheduler():
+    """The options schema names the shipped schedulers itself (the search package imports it), and a
+    scheduler registered later becomes a ``search`` value."""
+    from relay_eqsat import options
+    from relay_eqsat.search import SCHEDULERS, register_scheduler
+    from relay_eqsat.search.scheduler import Scheduler
+
+    assert tuple(SCHEDULERS) == options.OPTIONS["search"].allowed() == ("tensat", "mcts", "none")
+    with pytest.raises(ValueError, match="search"):
+        options.validate({"search": "my-search"})
+
+    class Mine(Scheduler):
+        name = "my-search"
+
+    register_scheduler("my-search", Mine)
+    try:
+        assert options.validate({"search": "my-search"}) == {"search": "my-search"}
+    finally:
+        del SCHEDULERS["my-search"]
+        options.SEARCHES.remove("my-search")

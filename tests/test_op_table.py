@@ -101,7 +101,7 @@ def test_graph_level_ops_run_no_kernel():
     for name in GRAPH_LEVEL:
         d = ops.OPS[name]
         assert d.fusion == ("opaque" if name == "opaque" else "free")
-        assert d.vocab is None and not d.weight_slots and not d.streamed_weights and d.relay is None
+        assert d.vocab is None and not d.weight_slots and not d.streamed_weights and d.conversion("relay") is None
 
 
 def test_cost_classes():
@@ -127,7 +127,7 @@ def test_the_core_registers_no_tvm_parts():
     code = ("import sys; from relay_eqsat import ops, cost, graph; "
             "assert 'tvm' not in sys.modules, 'tvm'; "
             "assert not any(m.startswith('relay_eqsat.passes') for m in sys.modules), 'passes'; "
-            "assert all(d.relay is None and d.torch is None for d in ops.OPS.values())")
+            "assert all(d.conversions == () and d.torch is None for d in ops.OPS.values())")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 

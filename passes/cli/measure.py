@@ -39,7 +39,8 @@ from pathlib import Path
 
 from relay_eqsat import progress
 from relay_eqsat.cli import add_common_arguments
-from relay_eqsat.cost.base import CostModel, FusionRule, fit_fusion
+from relay_eqsat.cost.base import CostModel, FusionRule
+from relay_eqsat.cost.fit import fit_fusion
 from relay_eqsat.cost.cache import CostCache, all_samples, normalize_target, shipped_samples, shipped_table_path
 from relay_eqsat.cost.groups import fused_groups, group_anchor
 from relay_eqsat.cost.instance import GROUP_OP, instances_from_egraph, instances_from_graph, unique

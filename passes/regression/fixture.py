@@ -21,7 +21,7 @@ import numpy as np
 import tvm
 from tvm import relay
 
-from .plugin import SettingError, config_layers, marker_values, resolve
+from .settings import SettingError, config_layers, marker_values, resolve
 
 from . import snapshots
 from relay_eqsat.passes.relay.eqsat_pass import EqSatPass, bind_params

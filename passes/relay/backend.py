@@ -13,6 +13,7 @@ from relay_eqsat import ops
 from relay_eqsat.cost.inlining import fusion_cuts
 from relay_eqsat.graph import TensorGraph, TensorType, TupleType
 
+from .conversions import FRONTEND
 from .frontend import OpaqueCall, relay_type
 from .scale_guard import guards
 from relay_eqsat.passes.runtime.build import build, executor
@@ -142,10 +143,10 @@ def to_relay(graph: TensorGraph, signature: Sequence[tuple[str, TensorType]] | N
             e = graph.opaque[n.attrs["key"]].call(xs)
         else:
             d = ops.OPS.get(n.op)
-            if d is None or d.relay is None:
+            if d is None or d.conversion(FRONTEND) is None:
                 raise ValueError(f"no Relay builder for op {n.op!r}")
             full = {**(d.defaults or {}), **n.attrs}
-            e = d.relay.to_relay(full, xs, [graph[j].type for j in n.inputs], n.type)
+            e = d.conversion(FRONTEND).to_ir(full, xs, [graph[j].type for j in n.inputs], n.type)
         exprs[i] = e
     return relay.Function(list(params.values()), exprs[graph.output], attrs=attrs)
 

@@ -1,6 +1,7 @@
 """Per-op Relay conversions, registered into the operator table at import.
 
-For each op of :mod:`relay_eqsat.ops` that Relay has, ``ops.register_relay`` gets
+For each op of :mod:`relay_eqsat.ops` that Relay has, ``ops.register_conversion`` gets, under the
+frontend name :data:`FRONTEND`,
 
 - ``from_relay(call, input_types, out_type) -> attrs``: the Relay call's
   attributes, Relay-style (``ops.normalize_attrs`` makes them canonical); it
@@ -20,6 +21,14 @@ import tvm
 from tvm import relay
 
 from relay_eqsat import ops
+
+
+#: this frontend's name in the operator table (``OpDef.conversion(FRONTEND)``)
+FRONTEND = "relay"
+
+
+def _register(name: str, from_relay, to_relay) -> None:
+    ops.register_conversion(FRONTEND, name, from_relay, to_relay)
 
 
 class NotModelled(Exception):
@@ -99,7 +108,7 @@ def _to_add(a, xs, ts, out):
 
 for _name in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
               "nn.relu", "tanh", "sigmoid", "erf", "exp", "sqrt", "rsqrt", "negative"):
-    ops.register_relay(_name, _no_attrs, _to_add if _name == "add" else _plain(_name))
+    _register(_name, _no_attrs, _to_add if _name == "add" else _plain(_name))
 
 
 def _to_fast_erf(a, xs, ts, out):
@@ -124,13 +133,13 @@ def _written_only(why):
 
 
 for _name in ("fast_exp", "fast_tanh"):  # Relay's keep NaN as the table's do: read and written as they are
-    ops.register_relay(_name, _no_attrs, _plain(_name))
-ops.register_relay("fast_erf", _written_only("Relay's fast_erf maps NaN to 1"), _to_fast_erf)
-ops.register_relay("fast_sigmoid", _written_only("Relay has no fast_sigmoid"), _to_fast_sigmoid)
+    _register(_name, _no_attrs, _plain(_name))
+_register("fast_erf", _written_only("Relay's fast_erf maps NaN to 1"), _to_fast_erf)
+_register("fast_sigmoid", _written_only("Relay has no fast_sigmoid"), _to_fast_sigmoid)
 
-ops.register_relay("clip", lambda call, ts, out: dict(a_min=float(call.attrs.a_min), a_max=float(call.attrs.a_max)),
+_register("clip", lambda call, ts, out: dict(a_min=float(call.attrs.a_min), a_max=float(call.attrs.a_max)),
                    lambda a, xs, ts, out: relay.clip(xs[0], a["a_min"], a["a_max"]))
-ops.register_relay("nn.leaky_relu", lambda call, ts, out: dict(alpha=float(call.attrs.alpha)),
+_register("nn.leaky_relu", lambda call, ts, out: dict(alpha=float(call.attrs.alpha)),
                    lambda a, xs, ts, out: relay.nn.leaky_relu(xs[0], a["alpha"]))
 
 
@@ -185,10 +194,10 @@ def _to_batch_matmul(a, xs, ts, out):
                                  transpose_a=a["transpose_a"], transpose_b=a["transpose_b"])
 
 
-ops.register_relay("nn.conv2d", _from_conv2d, _to_conv2d)
-ops.register_relay("nn.dense", lambda call, ts, out: dict(out_dtype=_out_dtype(call.attrs, ts[0].dtype)), _to_dense)
-ops.register_relay("nn.matmul", _from_matmul, _to_matmul)
-ops.register_relay("nn.batch_matmul", _from_matmul, _to_batch_matmul)
+_register("nn.conv2d", _from_conv2d, _to_conv2d)
+_register("nn.dense", lambda call, ts, out: dict(out_dtype=_out_dtype(call.attrs, ts[0].dtype)), _to_dense)
+_register("nn.matmul", _from_matmul, _to_matmul)
+_register("nn.batch_matmul", _from_matmul, _to_batch_matmul)
 
 
 def _to_batch_dense(a, xs, ts, out):
@@ -201,7 +210,7 @@ def _to_batch_dense(a, xs, ts, out):
                                        out_dtype=a.get("out_dtype", "")) for i in range(ts[0].shape[0])], axis=0)
 
 
-ops.register_relay("batch_dense", _written_only("Relay has no batch_dense"), _to_batch_dense)
+_register("batch_dense", _written_only("Relay has no batch_dense"), _to_batch_dense)
 
 
 # -- pools -------------------------------------------------------------------------------
@@ -230,11 +239,11 @@ def _from_global_pool(call, ts, out):
     return dict(layout=_layout(call.attrs, "layout", "NCHW"))
 
 
-ops.register_relay("nn.max_pool2d", _from_pool, _to_pool("nn.max_pool2d"))
-ops.register_relay("nn.avg_pool2d", _from_pool, _to_pool("nn.avg_pool2d"))
-ops.register_relay("nn.global_avg_pool2d", _from_global_pool,
+_register("nn.max_pool2d", _from_pool, _to_pool("nn.max_pool2d"))
+_register("nn.avg_pool2d", _from_pool, _to_pool("nn.avg_pool2d"))
+_register("nn.global_avg_pool2d", _from_global_pool,
                    lambda a, xs, ts, out: relay.nn.global_avg_pool2d(xs[0], a.get("layout", "NCHW")))
-ops.register_relay("nn.global_max_pool2d", _from_global_pool,
+_register("nn.global_max_pool2d", _from_global_pool,
                    lambda a, xs, ts, out: relay.nn.global_max_pool2d(xs[0], a.get("layout", "NCHW")))
 
 
@@ -300,16 +309,16 @@ def _to_pad(a, xs, ts, out):
     return relay.nn.pad(xs[0], [list(p) for p in a["pad_width"]], pv, a.get("pad_mode", "constant"))
 
 
-ops.register_relay("transpose", _from_transpose, lambda a, xs, ts, out: relay.transpose(xs[0], list(a["axes"])))
-ops.register_relay("reshape", lambda call, ts, out: dict(newshape=out.shape),
+_register("transpose", _from_transpose, lambda a, xs, ts, out: relay.transpose(xs[0], list(a["axes"])))
+_register("reshape", lambda call, ts, out: dict(newshape=out.shape),
                    lambda a, xs, ts, out: relay.reshape(xs[0], list(a["newshape"])))
-ops.register_relay("concatenate", lambda call, ts, out: dict(axis=_axis(call.attrs.axis, out.ndim)),
+_register("concatenate", lambda call, ts, out: dict(axis=_axis(call.attrs.axis, out.ndim)),
                    lambda a, xs, ts, out: relay.concatenate(list(xs), a["axis"]))
-ops.register_relay("split", _from_split,
+_register("split", _from_split,
                    lambda a, xs, ts, out: relay.split(xs[0], list(a["indices"]), a["axis"]).astuple())
-ops.register_relay("strided_slice", _from_strided_slice, lambda a, xs, ts, out: relay.strided_slice(
+_register("strided_slice", _from_strided_slice, lambda a, xs, ts, out: relay.strided_slice(
     xs[0], list(a["begin"]), list(a["end"]), list(a["strides"])))
-ops.register_relay("nn.pad", _from_pad, _to_pad)
+_register("nn.pad", _from_pad, _to_pad)
 
 
 # -- bias, normalization, softmax, reduction ---------------------------------------------
@@ -331,12 +340,12 @@ def _from_mean(call, ts, out):
                 exclude=bool(a.exclude))
 
 
-ops.register_relay("nn.bias_add", _from_axis, lambda a, xs, ts, out: relay.nn.bias_add(xs[0], xs[1], a["axis"]))
-ops.register_relay("nn.batch_norm", _from_norm, lambda a, xs, ts, out: relay.nn.batch_norm(
+_register("nn.bias_add", _from_axis, lambda a, xs, ts, out: relay.nn.bias_add(xs[0], xs[1], a["axis"]))
+_register("nn.batch_norm", _from_norm, lambda a, xs, ts, out: relay.nn.batch_norm(
     *xs, axis=a["axis"], epsilon=a["epsilon"], center=a["center"], scale=a["scale"]).astuple())
-ops.register_relay("nn.softmax", _from_axis, lambda a, xs, ts, out: relay.nn.softmax(xs[0], a["axis"]))
-ops.register_relay("nn.fast_softmax", _from_axis, lambda a, xs, ts, out: relay.nn.fast_softmax(xs[0], a["axis"]))
-ops.register_relay("nn.layer_norm", _from_norm, lambda a, xs, ts, out: relay.nn.layer_norm(
+_register("nn.softmax", _from_axis, lambda a, xs, ts, out: relay.nn.softmax(xs[0], a["axis"]))
+_register("nn.fast_softmax", _from_axis, lambda a, xs, ts, out: relay.nn.fast_softmax(xs[0], a["axis"]))
+_register("nn.layer_norm", _from_norm, lambda a, xs, ts, out: relay.nn.layer_norm(
     xs[0], xs[1], xs[2], axis=a["axis"], epsilon=a["epsilon"], center=a["center"], scale=a["scale"]))
-ops.register_relay("mean", _from_mean,
+_register("mean", _from_mean,
                    lambda a, xs, ts, out: relay.mean(xs[0], axis=list(a["axis"]), keepdims=a["keepdims"]))

@@ -27,7 +27,7 @@ from tvm import relay
 from relay_eqsat import ops
 from relay_eqsat.graph import Attrs, TensorGraph, TensorType, TupleType, Type
 
-from .conversions import NotModelled  # importing it registers every op's Relay conversions
+from .conversions import FRONTEND, NotModelled  # importing it registers every op's Relay conversions
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class OpaqueCall:
 
 
 #: ops with Relay conversions (``passes/relay/conversions.py``); the frontend keeps any other call opaque
-MODELLED_OPS = frozenset(name for name, d in ops.OPS.items() if d.relay is not None)
+MODELLED_OPS = frozenset(name for name, d in ops.OPS.items() if d.conversion(FRONTEND) is not None)
 
 
 # -- frontend: the walk -------------------------------------------------------
@@ -288,7 +288,7 @@ class _Frontend:
         for t in ts + (list(out.fields) if isinstance(out, TupleType) else [out]):
             if t.dtype not in FLOAT_DTYPES:
                 raise NotModelled(f"dtype {t.dtype}")
-        attrs = ops.normalize_attrs(name, Attrs(op.relay.from_relay(call, ts, out)), ts)
+        attrs = ops.normalize_attrs(name, Attrs(op.conversion(FRONTEND).from_ir(call, ts, out)), ts)
         inferred = ops.infer_type(name, attrs, ts)
         if inferred != out:
             log.warning("%s%r: ops.infer_type gives %s but Relay says %s; kept opaque",

@@ -7,11 +7,12 @@
 - ``learned``: the XGBoost prediction only
 - ``analytic``: the roofline only
 
-Modules: ``base`` (CostModel, fusion rule, graph cost), ``analytic`` (roofline),
+Modules: ``base`` (CostModel, fusion rule, graph cost), ``fusion`` (what TVM fuses),
+``fit`` (fusion weights fitted to runtimes), ``analytic`` (roofline),
 ``cache`` (sqlite), ``measure`` (the Measurer: kernels timed in a worker process),
 ``learned`` (XGBoost), ``nearest`` (which shipped CPU's model serves a CPU with none),
 ``instance`` (op instances and cache keys), ``calibrate``,
-``validate`` (leave-one-model-out whole-graph error).
+``groups`` (fused groups measured whole), ``held_out`` (leave-one-model-out whole-graph error).
 Nothing here imports TVM or ``relay_eqsat.passes``: the worker process
 (``relay_eqsat.passes.runtime.measure_worker``) builds and times the kernels, and the
 ``relay-eqsat measure`` subcommand is ``relay_eqsat.passes.cli.measure``.
@@ -19,8 +20,10 @@ Nothing here imports TVM or ``relay_eqsat.passes``: the worker process
 from __future__ import annotations
 
 from .analytic import AnalyticModel
-from .base import KINDS, CostModel, FitReport, FusionRule, fit_fusion, fusion_class
+from .base import KINDS, CostModel, FitReport, FusionRule
 from .cache import CostCache, default_db_path
+from .fit import fit_fusion
+from .fusion import fusion_class
 from .instance import OpInstance, instances_from_graph
 from .learned import LearnedCostModel, TrainReport
 from .measure import BackendUnavailable, MeasureConfig, Measurer, MeasureResult

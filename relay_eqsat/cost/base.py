@@ -83,11 +83,9 @@ least squares on relative error) against measured whole-graph runtimes.
 from __future__ import annotations
 
 import functools
-import itertools
 import logging
-import math
 from collections import Counter
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Sequence
 
 import numpy as np
@@ -96,7 +94,7 @@ from .. import ops
 from ..graph import Attrs, TensorGraph, TensorType, Type
 from .analytic import AnalyticModel, type_bytes
 from .cache import CostCache, ignore_shipped, normalize_target, shipped_table
-from .inlining import fusion_cuts
+from .fusion import epilogue_seconds, extra_read_share, fusion_class, is_conv, standalone_elementwise
 from .instance import OpInstance
 from .learned import LearnedCostModel, load_model
 from .measure import BackendUnavailable, Measurer, resolve_target, select_backend
@@ -112,178 +110,6 @@ KINDS = ("auto", "measured", "learned", "analytic")
 ANALYTIC_ERROR = 0.72
 FOREIGN_ERROR = 0.5
 
-def fusion_class(op: str) -> str:
-    """``free``, ``opaque``, ``fused`` (element-wise/broadcast), ``injective`` or ``anchor``:
-    the op's ``OpDef.fusion`` (an op outside the table is an anchor)."""
-    d = ops.OPS.get(op)
-    return d.fusion if d is not None else "anchor"
-
-
-def _is_conv(op: str) -> bool:
-    d = ops.OPS.get(op)
-    return d is not None and d.conv
-
-
-#: patterns of ops whose kernel can take an element-wise epilogue (TVM's FuseOps): out_fusable
-#: anchors, injective and element-wise ops; not reductions, opaque ops or tuple producers
-_EPILOGUE_HOSTS = ("elemwise", "broadcast", "injective", "out_fusable")
-
-
-def standalone_elementwise(graph: TensorGraph, live: Sequence[int] | None = None,
-                           const: Sequence[bool] | None = None) -> dict[int, int]:
-    """The live element-wise (``fused``-class) nodes of ``graph`` that run as kernels of their own,
-    each mapped to the node that keeps it from fusing: the producer of its largest operand
-    (`fusion_hosts`)."""
-    return fusion_hosts(graph, live, const)[1]
-
-
-def fusion_hosts(graph: TensorGraph, live: Sequence[int] | None = None,
-                 const: Sequence[bool] | None = None) -> tuple[dict[int, int], dict[int, int]]:
-    """(hosted, alone): each live, non-constant element-wise (``fused``-class) node of ``graph``
-    either joins the kernel of an operand's producer (``hosted``: node -> that producer; for a
-    tuple's field, the tuple's producer) or runs as a kernel of its own (``alone``: node -> the
-    producer of its largest operand, the node that keeps it from fusing).
-
-    Mirrors what TVM's ``FuseOps`` does with the program: an element-wise op
-    joins the kernel of an operand's producer when that producer has no other
-    consumer (a tensor read by two ops is written out; the graph's output
-    counts as a consumer) and its pattern takes an epilogue
-    (``_EPILOGUE_HOSTS``); a tuple's field only in the cases of `_piece_hosts`.
-    A graph input, a reduction, an opaque op or a constant operand host nothing. A tensor read by
-    several element-wise ops that meet again (a GELU's ``x * ... * x``) fuses as FuseOps fuses
-    it through their post-dominator (`_rejoins`). No op joins a producer's kernel across a cut
-    of `relay_eqsat.cost.inlining.fusion_cuts` (the backend stops TVM's fusion there).
-    """
-    live = graph.reachable() if live is None else live
-    const = graph.is_constant() if const is None else const
-    nodes = graph.nodes
-    users: dict[int, list[int]] = {}
-    for i in live:
-        for j in set(nodes[i].inputs):
-            users.setdefault(j, []).append(i)
-    consumers: Counter = Counter({j: len(u) for j, u in users.items()})
-    consumers[graph.output] += 1
-    for j in list(consumers):  # a tensor whose element-wise readers meet again fuses as if read once
-        if consumers[j] > 1 and j != graph.output and _rejoins(nodes, users, j):
-            consumers[j] = 1
-    cuts = fusion_cuts(graph, live, const)
-    hosts: dict[int, int] = {}
-    out: dict[int, int] = {}
-    for i in live:
-        n = nodes[i]
-        if fusion_class(n.op) != "fused" or const[i] or not n.inputs:
-            continue
-        host = None
-        cut = cuts.get(i, ())
-        for k, j in enumerate(n.inputs):
-            if const[j] or consumers[j] != 1 or k in cut:
-                continue
-            p = nodes[j]
-            if p.op == "tuple_get_item":
-                if _piece_hosts(nodes, p.inputs[0], consumers):
-                    host = p.inputs[0]
-                    break
-                continue
-            d = ops.OPS.get(p.op)
-            if d is not None and d.pattern in _EPILOGUE_HOSTS and fusion_class(p.op) != "free":
-                host = j
-                break
-        if host is not None:
-            hosts[i] = host
-        else:
-            operands = [j for j in n.inputs if not const[j]] or list(n.inputs)
-            out[i] = max(operands, key=lambda j: _bytes(nodes[j]))
-    return hosts, out
-
-
-def _rejoins(nodes, users: dict[int, list[int]], j: int, steps: int = 32) -> bool:
-    """Whether every path from node ``j`` runs through element-wise ops only until they meet in one
-    node (its post-dominator in FuseOps' terms), within ``steps`` nodes: then FuseOps puts them all
-    in ``j``'s kernel."""
-    pending = set(users.get(j, ()))
-    for _ in range(steps):
-        if any(fusion_class(nodes[q].op) != "fused" for q in pending):
-            return False
-        if len(pending) == 1:
-            return True
-        q = min(pending)  # topological order: node ids grow along edges
-        if not users.get(q):
-            return False  # a path ends at the output before the others meet it
-        pending.remove(q)
-        pending.update(users[q])
-    return False
-
-
-def _bytes(node) -> int:
-    return type_bytes(node.type) if isinstance(node.type, TensorType) else 0
-
-
-def _piece_hosts(nodes, src: int, consumers: Counter) -> bool:
-    """Whether an element-wise op reading a field of tuple ``src`` joins the kernel that computes it:
-    a batch_norm's normalized output does (a scale-and-shift chain, when nothing else reads it);
-    a split's piece does, except a split of a convolution's output (or of an element-wise chain on
-    it, `_in_conv_layout`): the convolution's blocked
-    (NCHWc) layout is converted back for the split, which ends the kernel (the pieces'
-    element-wise consumers then run as kernels of their own, as TVM builds merged convolutions)."""
-    s = nodes[src]
-    if fusion_class(s.op) == "fused":
-        return consumers[src] == 1
-    if s.op != "split" or not s.inputs:
-        return False
-    return not _in_conv_layout(nodes, s.inputs[0])
-
-
-def _in_conv_layout(nodes, i: int) -> bool:
-    """Whether node ``i`` is computed in a convolution's kernel: the convolution itself or an
-    element-wise chain on it (the chain keeps the blocked layout; its largest operand leads back)."""
-    for _ in range(64):
-        n = nodes[i]
-        if _is_conv(n.op):
-            return True
-        if n.op == "tuple_get_item":  # a batch_norm's output: on to the batch_norm
-            i = n.inputs[0]
-        elif fusion_class(n.op) == "fused" and n.inputs:
-            i = max(n.inputs, key=lambda j: _bytes(nodes[j]))
-        else:
-            return False
-    return False
-
-
-def extra_read_share(input_types: Sequence[Type], out_type: Type) -> float:
-    """Bytes of every operand but the largest, over all bytes read and written."""
-    sizes = [type_bytes(t) for t in input_types]
-    total = sum(sizes) + type_bytes(out_type)
-    if not sizes or total == 0:
-        return 0.0
-    return (sum(sizes) - max(sizes)) / total
-
-
-#: key of the epilogue fit's shared coefficient: seconds per element of an element-wise op's
-#: operands other than the largest (`epilogue_seconds`)
-EPILOGUE_READ = "_read"
-
-
-def epilogue_features(input_types: Sequence[Type], out_type: Type) -> tuple[int, int]:
-    """(output elements, elements of every operand but the largest): what an element-wise op's
-    cost inside a kernel is linear in."""
-    sizes = [_elements(t) for t in input_types]
-    return _elements(out_type), (sum(sizes) - max(sizes)) if sizes else 0
-
-
-def _elements(t: Type) -> int:
-    return math.prod(t.shape) if isinstance(t, TensorType) else 0
-
-
-def epilogue_seconds(coefs: dict[str, float], op: str, input_types: Sequence[Type],
-                     out_type: Type) -> float | None:
-    """Seconds element-wise ``op`` computes inside the kernel it fuses into, from coefficients
-    fitted to measured fused groups (`relay_eqsat.cost.groups.fit_epilogue`); None when they have
-    none for the op."""
-    c = coefs.get(op)
-    if c is None or not isinstance(out_type, TensorType):
-        return None
-    out, extra = epilogue_features(input_types, out_type)
-    return c * out + coefs.get(EPILOGUE_READ, 0.0) * extra
 
 
 @dataclass(frozen=True)
@@ -495,7 +321,7 @@ class CostModel:
         k = self.kernel_cost(op, attrs, input_types, out_type)
         terms[5] = self._weight_traffic(op, input_types)
         if cls == "anchor":
-            terms[7 if _is_conv(op) else 0] = k
+            terms[7 if is_conv(op) else 0] = k
         elif standalone:
             terms[8] = k
         elif cls == "fused":
@@ -522,7 +348,7 @@ class CostModel:
         k = self.kernel_cost(op, attrs, input_types, out_type)
         w = (f.weights * self._weight_traffic(op, input_types) if f.weights else 0.0) + launch
         if cls == "anchor":
-            return (f.conv if _is_conv(op) else f.anchor) * k + w
+            return (f.conv if is_conv(op) else f.anchor) * k + w
         if standalone:
             return f.standalone * k + w
         if cls == "fused":
@@ -663,128 +489,3 @@ def _warn_foreign(trained_on: str | None, target: str) -> None:
                 "--models zoo:NAME,...` measures this one and trains its own (in the user cache).",
                 target, trained_on)
 
-
-def _nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """min ||Ax - b|| subject to x >= 0, by trying every support (few columns)."""
-    k = A.shape[1]
-    best, best_err = np.zeros(k), float(np.sum(b ** 2))
-    for r in range(1, k + 1):
-        for support in itertools.combinations(range(k), r):
-            cols = list(support)
-            x_s, *_ = np.linalg.lstsq(A[:, cols], b, rcond=None)
-            if np.any(x_s < 0):
-                continue
-            x = np.zeros(k)
-            x[cols] = x_s
-            err = float(np.sum((A @ x - b) ** 2))
-            if err < best_err - 1e-15:
-                best, best_err = x, err
-    return best
-
-
-#: the prior strengths `fit_fusion` chooses from, by leave-one-family-out error
-PRIOR_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)
-#: the strength with fewer than three families to choose by
-DEFAULT_PRIOR = 0.01
-ALL_TERMS = ("anchor", "fused", "fused_read", "injective", "weights", "launch", "conv", "standalone", "epilogue")
-#: the weights only whole-model times give: how much of a kernel's time alone it keeps in a model (an
-#: element-wise op fused into its producer, an injective op, a convolution whose layout conversions the
-#: model does not repeat, the executor's per-kernel start). The others are measured: an anchor's time
-#: alone, a fused activation's seconds, the weight stream where the model measured its rates.
-DISCOUNTS = ("fused", "fused_read", "injective", "weights", "launch", "conv", "standalone")
-
-
-def fit_fusion(model: CostModel, samples: Sequence[tuple[TensorGraph, float]], fit: Sequence[str] | None = None,
-               prior_strength: float | None = None, families: Sequence[str] | None = None) -> FitReport:
-    """Fit the FusionRule weights named in ``fit`` to measured whole-graph seconds.
-
-    Minimizes the sum of squared relative errors of ``graph_cost`` over the
-    (graph, measured seconds) samples, plus ``prior_strength`` times the squared
-    relative change of each fitted weight from the model's current one (1 for
-    a weight that is 0: a term not used yet), so a few graphs cannot drive a
-    weight to a degenerate value; weights
-    non-negative; the other weights keep their values. Returns the report; the
-    model is not changed (``model.fusion = report.rule`` adopts it).
-
-    ``families``: a label per sample (default: one per graph); a model's sizes are one family.
-    The report's leave-one-out predicts each family's graphs with the weights fitted to the
-    others'. What is not given is chosen by that leave-one-out error (ties to the simpler:
-    fewer weights fitted, the weaker prior), with three families or more: ``prior_strength``
-    from ``PRIOR_GRID`` (else ``DEFAULT_PRIOR``), and ``fit`` (else every weight) from every
-    weight, every weight but a measured weight stream (the model's ``weight_stream``, at
-    face value 1), and the ``DISCOUNTS`` alone. A dozen graphs determine nine weights loosely:
-    held out on the Zen 4 zoo, fitting every weight traded the dense layers' weight against the
-    fused activations' between BERT's, ViT's and NasRNN's graphs (ViT +21%, NasRNN −25%; the
-    discounts alone: +10%, −11%), while on Sapphire Rapids the discounts alone missed BERT by 30%
-    (its dense layers run a third slower in the model than alone there).
-    """
-    if not samples:
-        raise ValueError("no graphs to fit on")
-    names = FusionRule.TERMS
-    rows = np.stack([model.graph_terms(g) for g, _ in samples])
-    y = np.array([s for _, s in samples], dtype=np.float64)
-    if not np.all(y > 0):
-        raise ValueError("measured seconds must be positive")
-    labels = list(range(len(samples))) if families is None else list(families)
-    if len(labels) != len(samples):
-        raise ValueError("families needs one label per sample")
-    folds = [np.array([f != g for f in labels]) for g in dict.fromkeys(labels)] if len(set(labels)) >= 3 else []
-    current = model.fusion.vector()
-    measured_stream = model.weight_stream is not None
-    if fit is not None:
-        structures = [tuple(fit)]
-    else:
-        structures = [tuple(t for t in DISCOUNTS if not (measured_stream and t == "weights"))]
-        if measured_stream:
-            structures.append(tuple(t for t in ALL_TERMS if t != "weights"))
-        structures.append(ALL_TERMS)
-        if not folds:
-            structures = structures[-1:]
-
-    def setup(structure: Sequence[str]) -> tuple[np.ndarray, list[int]]:
-        w0 = current.copy()
-        if measured_stream and "weights" not in structure:
-            w0[names.index("weights")] = 1.0  # the measured stream at face value
-        # a term no graph has (the epilogue term without a fit of it) keeps its weight: nothing decides it
-        return w0, [names.index(t) for t in structure if rows[:, names.index(t)].any()]
-
-    def left_out(structure: Sequence[str], prior: float) -> np.ndarray:
-        w0, idx = setup(structure)
-        err = np.empty(len(samples))
-        for keep in folds:
-            wi = _fit_weights(rows[keep], y[keep], w0, idx, prior)
-            err[~keep] = np.abs(rows[~keep] @ wi / y[~keep] - 1.0)
-        return err
-
-    priors = [prior_strength] if prior_strength is not None else (PRIOR_GRID if folds else [DEFAULT_PRIOR])
-    # each choice's leave-one-out errors, computed once (none without three families)
-    errors = {(st, p): left_out(st, p) for st in structures for p in priors} if folds else {}
-    structure, prior_strength = min(errors, key=lambda c: round(float(errors[c].mean()), 12)) if errors \
-        else (structures[0], priors[0])
-    w0, idx = setup(structure)
-    before = np.abs(rows @ current / y - 1.0)
-    w = _fit_weights(rows, y, w0, idx, prior_strength)
-    rule = replace(model.fusion, **{names[i]: float(w[i]) for i in range(len(names)) if w[i] != current[i]})
-    after = np.abs(rows @ w / y - 1.0)
-    loo = errors.get((structure, prior_strength))
-    return FitReport(rule, float(before.mean()), float(after.mean()), float(after.max()), len(samples),
-                     None if loo is None else float(loo.mean()), None if loo is None else float(loo.max()),
-                     prior_strength, tuple(names[i] for i in idx))
-
-
-def _fit_weights(rows: np.ndarray, y: np.ndarray, w0: np.ndarray, idx: Sequence[int],
-                 prior_strength: float) -> np.ndarray:
-    """``w0`` with the weights at ``idx`` fitted (see `fit_fusion`) to the graphs' term rows and seconds."""
-    fixed = [i for i in range(len(w0)) if i not in idx]
-    A = rows[:, idx] / y[:, None]
-    b = 1.0 - rows[:, fixed] @ w0[fixed] / y
-    if prior_strength > 0:
-        # the prior is centred on the current weight, or on 1 (the term at face
-        # value) for a term the model does not use yet
-        centre = np.where(w0[idx] > 0, w0[idx], 1.0)
-        scale = np.sqrt(prior_strength) / centre
-        A = np.vstack([A, np.diag(scale)])
-        b = np.concatenate([b, scale * centre])
-    w = w0.copy()
-    w[idx] = _nnls(A, b)
-    return w

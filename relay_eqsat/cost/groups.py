@@ -19,7 +19,7 @@ learned from them.
   differs from today's by more than most epilogues cost), the median of the
   paired differences, which timing noise can make slightly negative.
 - ``fused_groups(graph)``: the distinct groups of a program, as the cost model's
-  copy of FuseOps' rules forms them (`relay_eqsat.cost.base.fusion_hosts`):
+  copy of FuseOps' rules forms them (`relay_eqsat.cost.fusion.fusion_hosts`):
   an anchor (convolution, dense, matmul, pool) and every element-wise op that
   joins its kernel.
 - ``fit_epilogue(rows)``: from (group, its seconds, its anchor's seconds alone),
@@ -41,7 +41,7 @@ from typing import Sequence
 import numpy as np
 
 from ..graph import Attrs, TensorGraph, TensorType, Type
-from .base import EPILOGUE_READ as READ, epilogue_features, fusion_class, fusion_hosts
+from .fusion import EPILOGUE_READ as READ, epilogue_features, fusion_class, fusion_hosts
 from .instance import GROUP_OP, OpInstance
 
 #: an op is given a coefficient only when it appears in at least this many measured groups
@@ -128,12 +128,6 @@ def group_graph(inst: OpInstance) -> TensorGraph:
         ids.append(g.add(spec["op"], [ids[r] for r in spec["inputs"]], spec["attrs"], dedup=False))
     g.set_output(ids[-1])
     return g
-
-
-def group_out_type(attrs: Attrs, input_types: Sequence[TensorType]) -> Type:
-    """The output type of a group with these attributes and external input types."""
-    g = group_graph(OpInstance(GROUP_OP, attrs, tuple(input_types), TensorType((), "float32")))
-    return g.nodes[g.output].type
 
 
 def _members(inst: OpInstance) -> tuple[OpInstance, list[tuple[str, list[Type], Type]]]:

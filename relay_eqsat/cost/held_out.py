@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Callable, Collection, Mapping, Sequence
 
 from relay_eqsat.graph import TensorGraph
-from .base import CostModel, FusionRule, fit_fusion
+from .base import CostModel, FusionRule
+from .fit import fit_fusion
 from .cache import CostCache
 from .groups import fused_groups
 from .instance import OpInstance, instances_from_graph

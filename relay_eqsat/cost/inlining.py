@@ -20,7 +20,7 @@ operand TVM reads from memory (a graph input, a constant, an anchor's output).
 node's count exceeds :data:`MAX_INLINED_READS`, largest operand first: the
 Relay backend writes ``annotation.stop_fusion`` there (the operand is written
 to memory and read back by a kernel of its own), and the cost model's copy of
-FuseOps (`relay_eqsat.cost.base.fusion_hosts`) does not fuse across them. A
+FuseOps (`relay_eqsat.cost.fusion.fusion_hosts`) does not fuse across them. A
 cut costs one round trip of a tensor through memory; the zoo's models as
 written need none.
 """

@@ -94,8 +94,6 @@ class OpInstance:
         """An instance; the output type is inferred with ``ops`` when not given."""
         attrs = attrs if isinstance(attrs, Attrs) else Attrs(attrs or {})
         if out_type is None and op == GROUP_OP:
-            from .groups import group_out_type  # groups builds on this module
-
             out_type = group_out_type(attrs, input_types)
         elif out_type is None and op == STREAM_OP:
             out_type = ops.infer_type("nn.dense", Attrs(), list(input_types))
@@ -185,3 +183,12 @@ def unique(instances: Iterable[OpInstance]) -> list[OpInstance]:
     for inst in instances:
         out.setdefault(inst.key(), inst)
     return list(out.values())
+
+
+def group_out_type(attrs: Attrs, input_types: Sequence[TensorType]) -> Type:
+    """The output type of a fused group (``GROUP_OP``) with these attributes and external input
+    types: its nodes' types inferred in order, the last one's."""
+    types = list(input_types)
+    for spec in attrs["nodes"]:
+        types.append(ops.infer_type(spec["op"], spec["attrs"], [types[r] for r in spec["inputs"]]))
+    return types[-1]

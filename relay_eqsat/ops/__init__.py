@@ -91,8 +91,8 @@ Adding an op:
    ``streamed_weights``, ``weight_slots``, ``kernels`` for an op TVM runs as several kernels,
    which the cost model then prices as their sum); leave ``vocab`` None (a new index changes the learned
    model's feature layout: bump ``FEATURE_VERSION`` in ``cost/learned.py`` and retrain);
-2. register its Relay conversions in ``passes/relay/conversions.py`` (``register_relay(name,
-   from_relay=..., to_relay=...)``), and its PyTorch equivalent in ``passes/runtime/torch_ops.py``
+2. register its Relay conversions in ``passes/relay/conversions.py`` (``register_conversion("relay",
+   name, from_ir=..., to_ir=...)``; another TVM frontend registers its own under its name), and its PyTorch equivalent in ``passes/runtime/torch_ops.py``
    (the torch-cuda measuring backend; ``tests/test_op_table.py`` checks every op has one);
 3. nothing else: the frontend, backend, cost model, measuring and learned features read the table.
 """
@@ -102,12 +102,12 @@ from __future__ import annotations
 from . import graph_level, elementwise, products, pools, movement, normalization  # noqa: F401,I001
 from .elementwise import TRANSCENDENTAL_FLOPS, broadcast_shape
 from .opdef import (
-    FUSION_CLASSES, OPS, PATTERNS, OpAttrs, OpDef, RelayConversion, ShapeError, bytes_moved, evaluate, flops,
-    get, infer_type, normalize_attrs, pattern, register, register_relay, register_torch, vocabulary)
+    FUSION_CLASSES, OPS, PATTERNS, OpAttrs, OpDef, Conversion, ShapeError, bytes_moved, evaluate, flops,
+    get, infer_type, normalize_attrs, pattern, register, register_conversion, register_torch, vocabulary)
 from .products import conv2d_out_hw
 
 __all__ = [
-    "FUSION_CLASSES", "OPS", "PATTERNS", "TRANSCENDENTAL_FLOPS", "OpAttrs", "OpDef", "RelayConversion",
+    "FUSION_CLASSES", "OPS", "PATTERNS", "TRANSCENDENTAL_FLOPS", "OpAttrs", "OpDef", "Conversion",
     "ShapeError", "broadcast_shape", "bytes_moved", "conv2d_out_hw", "evaluate", "flops", "get", "infer_type",
-    "normalize_attrs", "pattern", "register", "register_relay", "register_torch", "vocabulary",
+    "normalize_attrs", "pattern", "register", "register_conversion", "register_torch", "vocabulary",
 ]

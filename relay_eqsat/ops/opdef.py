@@ -2,7 +2,7 @@
 
 ``OPS`` maps an op name to its ``OpDef``; the family modules declare them with
 ``register``, and ``relay_eqsat.passes`` fills the TVM-specific slots with
-``register_relay`` and ``register_torch``. The functions below (``infer_type``,
+``register_conversion`` (per frontend) and ``register_torch``. The functions below (``infer_type``,
 ``evaluate``, ``flops``, ``bytes_moved``, ``pattern``, ``normalize_attrs``) read
 a node's attributes through ``OpAttrs``, which fills the op's defaults and
 checks each attribute's kind.
@@ -52,12 +52,13 @@ def _fusion_of(pattern: str) -> str:
 
 
 @dataclass(frozen=True)
-class RelayConversion:
-    """An op's Relay conversions, registered from ``relay_eqsat.passes``: ``from_relay``
-    gives the attributes of a Relay call, ``to_relay`` builds the Relay expression of a node."""
+class Conversion:
+    """An op's conversions for one TVM frontend (an IR: ``"relay"``, later ``"relax"``), registered
+    from that frontend's subpackage of ``relay_eqsat.passes``: ``from_ir`` gives the attributes of
+    a call of the IR, ``to_ir`` builds the IR's expression of a node."""
 
-    from_relay: Callable
-    to_relay: Callable
+    from_ir: Callable
+    to_ir: Callable
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,10 @@ class OpDef:
                     Relay calls): (OpAttrs, input types, output type) -> [(count, op, attrs,
                     input types, output type)], the kernels whose times the cost model sums
                     when it has no time for the op itself; None: one kernel of its own
-    relay, torch    TVM-specific parts registered from ``relay_eqsat.passes``: the Relay
-                    conversions and the torch-cuda measuring backend's op (None until registered)
+    conversions     (frontend name, Conversion) pairs registered by each TVM frontend of
+                    ``relay_eqsat.passes`` (``register_conversion``; read with ``conversion``)
+    torch           the torch-cuda measuring backend's op, registered from ``relay_eqsat.passes``
+                    (None until registered)
     """
 
     name: str
@@ -107,7 +110,7 @@ class OpDef:
     vocab: int | None = None
     inline_reads: int = 1
     kernels: Callable | None = None
-    relay: RelayConversion | None = None
+    conversions: tuple[tuple[str, Conversion], ...] = ()
     torch: Callable | None = None
 
     def __post_init__(self):
@@ -119,6 +122,10 @@ class OpDef:
             raise ValueError(f"{self.name}: unknown fusion class {self.fusion!r}")
         object.__setattr__(self, "required", tuple(self.required))
         object.__setattr__(self, "optional", tuple(self.optional))
+
+    def conversion(self, frontend: str) -> Conversion | None:
+        """The op's conversions for ``frontend`` (None: that frontend keeps the op opaque)."""
+        return next((c for name, c in self.conversions if name == frontend), None)
 
 
 OPS: dict[str, OpDef] = {}
@@ -139,9 +146,12 @@ def get(op: str) -> OpDef:
         raise ShapeError(f"unknown operator {op!r}") from None
 
 
-def register_relay(name: str, from_relay: Callable, to_relay: Callable) -> None:
-    """Attach the Relay conversions of op ``name`` (called by ``relay_eqsat.passes``)."""
-    OPS[name] = replace(get(name), relay=RelayConversion(from_relay, to_relay))
+def register_conversion(frontend: str, name: str, from_ir: Callable, to_ir: Callable) -> None:
+    """Attach ``frontend``'s conversions of op ``name`` (called by that frontend's subpackage of
+    ``relay_eqsat.passes``; a second registration for the same frontend replaces the first)."""
+    op = get(name)
+    others = tuple((f, c) for f, c in op.conversions if f != frontend)
+    OPS[name] = replace(op, conversions=others + ((frontend, Conversion(from_ir, to_ir)),))
 
 
 def register_torch(name: str, fn: Callable) -> None:

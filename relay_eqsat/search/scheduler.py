@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from relay_eqsat.options import add_search
 from relay_eqsat.rewrite import Matcher, Rule
 from .base import Limits, SearchReport
 from .runner import Runner, Step
@@ -77,8 +78,10 @@ SCHEDULERS: dict[str, type[Scheduler] | None] = {}
 
 
 def register_scheduler(name: str, cls: type[Scheduler] | None) -> None:
-    """Make ``cls`` the scheduler of the search named ``name`` (None: a search that does nothing)."""
+    """Make ``cls`` the scheduler of the search named ``name`` (None: a search that does nothing);
+    the ``search`` option then takes ``name``."""
     SCHEDULERS[name] = cls
+    add_search(name)
 
 
 def get_scheduler(name: str, options: Any = None, root: int | None = None) -> Scheduler | None:
