@@ -1,4 +1,11 @@
-"""Time TVM opt_level 3 of an ONNX model against two saved optimized modules, paired rounds."""
+"""Time TVM opt_level 3 of an ONNX model against two saved optimized modules, paired rounds.
+
+Reads bench/models/NAME.onnx and the two modules saved by `relay-eqsat optimize --save-module`
+(bench/results/ab_z4_nov27_vs_now/{old,new}_NAME.json: commit 9ba6ebf's code, of 2026-11-27, and the code of 2026-11-29 morning);
+writes bench/results/ab_z4_nov27_vs_now/time_NAME.json (medians and samples).
+
+    TVM_NUM_THREADS=1 .venv/bin/python bench/analysis/ab_saved_modules.py shufflenet_v2_x1_0
+"""
 import json, statistics, sys
 import numpy as np
 import tvm

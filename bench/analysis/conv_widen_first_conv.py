@@ -3,7 +3,10 @@ measured as calibration measures a kernel: four times by the Measurer with calib
 worker process, no cost database), then six times in a row by hand the way the worker does it (the whole
 one-op program less its layout transforms) beside TVM's debug-executor time of the convolution kernel
 itself.
-    TVM_NUM_THREADS=1 .venv/bin/python bench/results/conv_widen_z4/first_conv_measurements.py
+    TVM_NUM_THREADS=1 .venv/bin/python bench/analysis/conv_widen_first_conv.py
+
+Reads nothing; prints its measurements (the run of 2026-11-29 on the Zen 4 was logged to
+bench/results/conv_widen_z4/first_conv_measurements.log).
 """
 import numpy as np, tvm
 from tvm import relay

@@ -1,7 +1,10 @@
 """SqueezeNet1.1's first convolution (3->64, 3x3, stride 2, 111 wide) with its bias, relu, max pool and the
 next 1x1 convolution, plain and with conv-widen-output's form (2 more columns of padding, 112 wide, sliced back):
 9 paired timings of each built at opt_level 3, then the cost model's prediction of each (per node).
-    RELAY_EQSAT_COST_DB=<a run's database> TVM_NUM_THREADS=1 .venv/bin/python bench/results/conv_widen_z4/subgraph_and_predicted.py
+    RELAY_EQSAT_COST_DB=<a run's database> TVM_NUM_THREADS=1 .venv/bin/python bench/analysis/conv_widen_subgraph.py
+
+Reads the cost database RELAY_EQSAT_COST_DB names; prints its timings and predictions (the run of
+2026-11-29 on the Zen 4 was logged to bench/results/conv_widen_z4/subgraph_and_predicted.log).
 """
 import numpy as np, tvm, time
 from tvm import relay

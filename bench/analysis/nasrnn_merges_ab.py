@@ -1,3 +1,13 @@
+"""Zoo NasRNN at opt_level 3, with the pass's merged dense layers and with the default rules less the
+three dense merges (dense-merge, dense-bias-merge, dense-bias-merge-3), each kept whatever its
+predicted gain (check_runtime/calibrate off, min_gain 0): 15 rounds of paired timings in rotating
+order, each at least 200 ms; prints each program's median and ratio to opt_level 3, and merged/unmerged.
+
+Reads nothing but the zoo model and the cost database RELAY_EQSAT_COST_DB names (the run of 2026-11-27
+on the Zen 4 was logged to bench/results/nasrnn_merges/ab_paired.log).
+
+    TVM_NUM_THREADS=1 .venv/bin/python bench/analysis/nasrnn_merges_ab.py
+"""
 import statistics, tvm
 from relay_eqsat.passes.eqsat_pass import EqSatPass, bind_params
 from relay_eqsat.passes.cli import load_model

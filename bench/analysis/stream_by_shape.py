@@ -1,5 +1,11 @@
 """Stream price per byte by weight shape: L one-row dense layers on one input, each its own
-weight [N, K] (128 MiB in all), outputs concatenated; paired against one layer alone."""
+weight [N, K] (128 MiB in all), outputs concatenated; paired against one layer alone.
+
+Reads nothing; prints one line per shape (the run of 2026-11-27 on the Zen 4 was logged to
+bench/results/nasrnn_merges/stream_by_shape.log).
+
+    TVM_NUM_THREADS=1 .venv/bin/python bench/analysis/stream_by_shape.py 1024x256,512x512 [fan|chain]
+"""
 import statistics, sys
 import numpy as np, tvm
 from relay_eqsat.graph import TensorGraph, Attrs, TensorType
