@@ -40,7 +40,7 @@ endif
 # pytest arguments of the slow checks run first ('' skips them).
 BENCH_PYTEST ?= -m slow
 
-.PHONY: demo test bench venv ext clean
+.PHONY: demo test bench results venv ext clean
 
 venv: $(STAMP)
 
@@ -71,6 +71,13 @@ bench: $(EXT_STAMP)
 	echo "== $$(date '+%F %T') bench/$(b).py $(BENCH_ARGS) $(BENCH_ARGS_$(b)) --out $(BENCH_OUT)/$(b).json"; \
 	$(PY) bench/$(b).py $(BENCH_ARGS) $(BENCH_ARGS_$(b)) --out $(BENCH_OUT)/$(b).json 2>&1 | tee $(BENCH_OUT)/$(b).log || exit 1;)\
 	echo "== $$(date '+%F %T') done"
+
+# docs/results.md (and the README's results table) from bench/summaries/, after summarizing RUN into them:
+# RUN is a `make bench` output folder, by default the newest bench/results/bench_* run with real_models.json;
+# with none (a fresh clone) the committed summaries are rendered as they are. Standard library only.
+results:
+	python3 bench/results_doc.py summarize $(RUN)
+	python3 bench/results_doc.py render
 
 clean:
 	rm -rf build *.egg-info relay_eqsat/egraph/*.c relay_eqsat/egraph/*.so relay_eqsat/extract/*.c \

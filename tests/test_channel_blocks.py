@@ -3,7 +3,7 @@
 TVM's fallback conv2d schedule blocks channels by the largest divisor of the
 channel count within the SIMD width (``relay_eqsat/cost/simd.py``), so on an
 AVX-512 CPU a 1x1 convolution with 58 channels runs 2-wide and takes 4x longer
-than one with 64 (``bench/results/channel_blocks.txt``). These tests check the
+than one with 64 (docs/design-notes.md, "Rules that pay on a CPU"). These tests check the
 lane facts per target (against TVM itself where it is installed), the blocks,
 and that the auto, learned and analytic cost models rank the odd shapes above
 the padded ones on x86 targets, and leave GPU targets alone.

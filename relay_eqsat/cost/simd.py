@@ -45,7 +45,7 @@ The same fallback schedules tile other dimensions by divisors too, and
   shrinks with the row tile: 0.04 at 4 rows, 0.13 at 2, 0.25 on 197 rows;
   one-row layers, memory-bound, lose only ~20%: 1 x 768 -> 1000 at 0.79). Fitted ``(block / lanes)
   ** 1.1`` below the lanes and ``0.02 * (8 / row tile) ** 1.1`` between
-  (``bench/results/dense_columns.log``). This is what decides whether a dense
+  (docs/design-notes.md, "Rules that pay on a CPU"). This is what decides whether a dense
   with its operands swapped (the activations as the weight) pays: 128 rows
   become 32-wide blocks, 197 or 200 rows do not.
 - ``batch_matmul.py::_default_batch_matmul_config`` tiles ``M`` the same way:
@@ -186,7 +186,7 @@ def channel_blocks(op: str, attrs: Attrs, input_types: Sequence[Type], lanes: in
 
 #: efficiency = (oc_bn / lanes) ** EXPONENT[kind]: least squares on the log-seconds of
 #: bench/channel_blocks.py's sweep (212 kernels on a 16-lane Sapphire Rapids, one full-block speed
-#: per kind and spatial size; bench/results/channel_blocks.txt): 2-wide dense convolutions run at
+#: per kind and spatial size; docs/design-notes.md, "Rules that pay on a CPU"): 2-wide dense convolutions run at
 #: about a fifth of the full-block speed, 4-wide ones at a third. The input block adds nothing
 #: (its exponent fitted -0.12: 58->64 runs as fast as 64->64). Depthwise kernels are limited by
 #: more than the vector width and lose less; grouped ones (blocks within a group of few channels)

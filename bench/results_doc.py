@@ -1,0 +1,577 @@
+"""docs/results.md, made from the benchmark runs in two steps (``make results``).
+
+``summarize RUN_DIR`` reads one ``make bench`` output folder (``bench/results/bench_<date>_<time>``:
+the scripts' JSON) and rewrites the summaries under bench/summaries/, one per results table, from
+the JSON files the folder has:
+
+  real_models.json     the real-model set (ONNX exports) against TVM opt_level 3, onnxruntime beside
+                       (from bench/real_models.py's JSON, its ONNX rows)
+  zoo.json             the model zoo against TVM opt_level 3 (the same JSON, its zoo rows)
+  cost_accuracy.json   the cost model's whole-graph error and single-rule pair ranking
+                       (bench/cost_accuracy.py)
+  mcts_vs_tensat.json  MCTS against TENSAT's schedule under 2,000 e-nodes (bench/mcts_vs_tensat.py)
+
+Each summary holds the machine (CPU, core count, target, threads, as the run's JSON records them; a
+JSON that does not name the CPU takes the name another JSON of the same folder records), the date
+(the JSON's), the command (the script's command line the JSON records), the commit (the one a JSON of
+the folder records, else ``git rev-parse --short HEAD`` when summarizing, and says so), the run folder
+and the rows the table shows. A table whose JSON is missing from the folder, or has no rows for it,
+keeps its summary. Without RUN_DIR: the bench/results/bench_* folder whose real_models.json was
+recorded last; none (a fresh clone): nothing is summarized.
+
+``render`` writes docs/results.md from bench/summaries/ (deterministic: the same summaries give the
+same bytes; tests/test_results_doc.py checks the committed page against them) and the README's copy
+of the main table (between its ``results:real_models`` markers).
+
+``options`` writes the options table of docs/usage.md (between its ``options`` markers) from the
+options schema, relay_eqsat/options.py (needs the package importable with its compiled modules).
+
+    python bench/results_doc.py summarize [RUN_DIR] [--summaries bench/summaries]
+    python bench/results_doc.py render [--summaries bench/summaries] [--out docs/results.md] [--readme README.md]
+    python bench/results_doc.py options [--usage docs/usage.md]
+
+Standard library only (no TVM, no numpy): the summaries render anywhere.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+SUMMARIES = ROOT / "bench" / "summaries"
+RESULTS_MD = ROOT / "docs" / "results.md"
+README = ROOT / "README.md"
+USAGE_MD = ROOT / "docs" / "usage.md"
+
+#: the tables, in the order docs/results.md shows them; the first is the README's
+TABLES = ("real_models", "zoo", "cost_accuracy", "mcts_vs_tensat")
+#: the run folder's JSON each table is summarized from
+SOURCE = {"real_models": "real_models.json", "zoo": "real_models.json",
+          "cost_accuracy": "cost_accuracy.json", "mcts_vs_tensat": "mcts_vs_tensat.json"}
+#: the transformers' exports (bench/export_onnx.py's TRANSFORMERS), for a row whose JSON does not list
+#: its inputs; every other ONNX model of the set is torchvision's
+TRANSFORMERS = ("bert", "distilbert", "gpt2", "roberta", "opt", "t5_encoder", "llama_small")
+RULES_SHOWN = 6  # rules named per row, most nodes first
+DIGITS = 6  # significant digits kept in a summary
+BEGIN_README, END_README = "<!-- results:real_models (make results writes this) -->", "<!-- /results:real_models -->"
+BEGIN_OPTIONS, END_OPTIONS = "<!-- options (python bench/results_doc.py options writes this) -->", "<!-- /options -->"
+
+
+# -- summarize ------------------------------------------------------------------------------------
+
+def _round(x: Any) -> Any:
+    """``x`` with its floats to :data:`DIGITS` significant digits (a summary's diffs stay readable)."""
+    if isinstance(x, float):
+        return float(f"{x:.{DIGITS}g}") if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _round(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_round(v) for v in x]
+    return x
+
+
+def _ms(seconds: Any) -> float | None:
+    return None if seconds is None else float(seconds) * 1e3
+
+
+def _load(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _library(row: Mapping) -> str:
+    """Where an exported model comes from: transformers (token-id inputs) or torchvision (an image)."""
+    inputs = (row.get("export") or {}).get("inputs")
+    if inputs:
+        return "transformers" if any(i.get("name") == "input_ids" for i in inputs) else "torchvision"
+    return "transformers" if row["model"] in TRANSFORMERS else "torchvision"
+
+
+def run_commit(run: Path, data: Sequence[Mapping]) -> tuple[str | None, str]:
+    """(commit, where it came from): a JSON of the run's ``code.commit``, else git's HEAD now."""
+    for d in data:
+        code = d.get("code") or {}
+        if code.get("commit"):
+            modified = " (with local changes)" if code.get("modified") else ""
+            return str(code["commit"]) + modified, "recorded by the run"
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None, "unknown"
+    return head, "HEAD when summarized (the run recorded none)"
+
+
+def machine_of(d: Mapping, others: Sequence[Mapping]) -> dict:
+    """The machine a run's JSON records: CPU name, cores, target, TVM threads."""
+    m = d.get("machine") or {}
+    cpu = m.get("cpu_model") or next(((o.get("machine") or {}).get("cpu_model") for o in others
+                                      if (o.get("machine") or {}).get("cpu_model")), None)
+    threads = m.get("tvm_threads") if m.get("tvm_threads") is not None else m.get("threads")
+    return {"cpu": cpu, "cpus": m.get("cpus"), "target": m.get("target"), "tvm_threads": threads}
+
+
+def header_of(d: Mapping, run: Path, others: Sequence[Mapping], commit: tuple[str | None, str]) -> dict:
+    m = d.get("machine") or {}
+    argv = list(m.get("argv") or [])
+    try:
+        folder = run.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        folder = run.name
+    return {"machine": machine_of(d, others), "date": m.get("time"),
+            "command": "python " + shlex.join(argv) if argv else None,
+            "commit": commit[0], "commit_source": commit[1], "run": folder}
+
+
+def _real_row(row: Mapping) -> dict | None:
+    """One model of bench/real_models.py's JSON: opt_level 3 against the pass's defaults."""
+    variants = row.get("variants") or {}
+    opt3, default = variants.get("opt3") or {}, variants.get("default") or {}
+    if "median_s" not in opt3 or "median_s" not in default:
+        return None
+    rerun = variants.get("default_rerun") or {}
+    ratio = default.get("ratio_vs_opt3")
+    kept = not default.get("changed")
+    out = {"model": row["model"], "small": bool(row.get("small")),
+           "library": _library(row),
+           "ort_ms": _ms((row.get("ort") or {}).get("median_s")),
+           "ort_threads": (row.get("ort") or {}).get("threads"),
+           "opt3_ms": _ms(opt3["median_s"]), "defaults_ms": _ms(default["median_s"]),
+           "input_kept": kept, "speedup": 1.0 if kept or not ratio else 1.0 / ratio,
+           "wins": default.get("wins"), "rounds": default.get("rounds"),
+           "predicted": default.get("predicted_speedup"),
+           "opt_s": default.get("opt_time"), "opt_s_rerun": rerun.get("opt_time"),
+           "rerun_same": rerun.get("same_as") == "default" if rerun else None,
+           "max_err_vs_ort": default.get("max_err_vs_ort"),
+           "rules_in_result": None if "rules_in_result" not in default else  # runs before 2026-11-29
+           dict(sorted(default["rules_in_result"].items(), key=lambda kv: (-kv[1], kv[0])))}
+    if kept and default.get("measured_speedup") is not None:  # the candidate the runtime check kept out
+        out["candidate_speedup"] = default["measured_speedup"]
+        out["candidate_wins"] = default.get("runtime_wins")
+    return out
+
+
+def summarize_real_models(d: Mapping, header: Mapping) -> dict[str, dict]:
+    """The ONNX rows (table real_models) and the zoo rows (table zoo) of bench/real_models.py's JSON."""
+    args = d.get("args") or {}
+    what = (f"TVM opt_level 3 against EqSatPass() with its defaults, then opt_level 3; {args.get('rounds')} "
+            f"paired rounds, each timing at least {args.get('min_repeat_ms')} ms")
+    tables: dict[str, list] = {"real_models": [], "zoo": []}
+    for row in d.get("rows") or []:
+        summary = _real_row(row)
+        if summary is None:
+            continue
+        if row.get("kind") == "zoo":
+            for key in ("ort_ms", "ort_threads", "max_err_vs_ort", "library"):
+                summary.pop(key)
+            tables["zoo"].append(summary)
+        else:
+            tables["real_models"].append(summary)
+    return {t: {"table": t, **header, "what": what, "rows": rows} for t, rows in tables.items() if rows}
+
+
+def summarize_cost_accuracy(d: Mapping, header: Mapping) -> dict[str, dict]:
+    kinds = [k for k in ("learned", "auto", "analytic", "held-out")
+             if any(k in r for r in d.get("rows") or [])]
+    rows = []
+    for r in d.get("rows") or []:
+        if r.get("fit_only") or r.get("measured") is None:
+            continue
+        rows.append({"model": r["model"], "small": bool(r.get("small")), "measured_ms": _ms(r["measured"]),
+                     "error_pct": {k: 100.0 * r[k]["rel_error"] for k in kinds
+                                   if isinstance(r.get(k), Mapping) and r[k].get("rel_error") is not None}})
+    counted = [p for p in d.get("pairs") or [] if p.get("counted")]
+    pairs = {k: [sum(1 for p in counted if (p.get(k) or {}).get("correct")), len(counted)]
+             for k in kinds if k != "held-out" and any(k in p for p in counted)}
+    wrong = [{"model": p["model"], "small": bool(p.get("small")), "rule": p["rule"],
+              "measured_ratio": p.get("ratio")} for p in counted if not (p.get("learned") or {}).get("correct")]
+    if not rows:
+        return {}
+    return {"cost_accuracy": {"table": "cost_accuracy", **header, "kinds": kinds, "rows": rows,
+                              "pairs": pairs, "pairs_wrong": wrong,
+                              "goals": [{k: g.get(k) for k in ("goal", "met", "detail")}
+                                        for g in d.get("goals") or []]}}
+
+
+def summarize_mcts(d: Mapping, header: Mapping) -> dict[str, dict]:
+    rows = []
+    for r in d.get("rows") or []:
+        t, m, ref = r.get("tensat") or {}, r.get("mcts") or {}, r.get("reference") or {}
+        if "cost_after" not in t or "cost_after" not in m:
+            continue
+        rows.append({"model": r["model"], "small": bool(r.get("small")), "input_ms": _ms(t.get("cost_before")),
+                     "tensat_ms": _ms(t["cost_after"]), "mcts_ms": _ms(m["cost_after"]),
+                     "mcts_over_tensat": r.get("mcts_over_tensat_cost"),
+                     "tensat_s": t.get("time"), "mcts_s": m.get("time"), "mcts_stop": m.get("stop_reason"),
+                     "reference_ms": _ms(ref.get("cost_after")), "reference_nodes": ref.get("egraph_nodes")})
+    if not rows:
+        return {}
+    args = d.get("args") or {}
+    return {"mcts_vs_tensat": {"table": "mcts_vs_tensat", **header, "node_limit": args.get("node_limit"),
+                               "reference_node_limit": args.get("reference_node_limit"), "rows": rows,
+                               "goals": [{k: g.get(k) for k in ("goal", "met", "detail")}
+                                         for g in d.get("goals") or []]}}
+
+
+SUMMARIZERS = {"real_models.json": summarize_real_models, "cost_accuracy.json": summarize_cost_accuracy,
+               "mcts_vs_tensat.json": summarize_mcts}
+
+
+def latest_run(results: Path = RESULTS) -> Path | None:
+    """The bench_* folder under ``results`` whose real_models.json was recorded last (its JSON's time,
+    not the file's: a checkout gives every file one mtime)."""
+    found = []
+    for path in sorted(results.glob("bench_*/real_models.json")):
+        d = _load(path)
+        if d is not None:
+            found.append(((d.get("machine") or {}).get("time") or "", path.parent.name, path.parent))
+    return max(found)[2] if found else None
+
+
+def summarize(run: Path, summaries: Path = SUMMARIES) -> list[Path]:
+    """Rewrite the summaries of every table ``run`` has JSON for; the paths written."""
+    loaded = {name: _load(run / name) for name in SUMMARIZERS}
+    loaded = {k: v for k, v in loaded.items() if v is not None}
+    if not loaded:
+        raise SystemExit(f"{run}: none of {', '.join(SUMMARIZERS)} there")
+    commit = run_commit(run, list(loaded.values()))
+    written = []
+    summaries.mkdir(parents=True, exist_ok=True)
+    for name, d in loaded.items():
+        header = header_of(d, run, [o for o in loaded.values() if o is not d], commit)
+        for table, summary in SUMMARIZERS[name](d, header).items():
+            path = summaries / f"{table}.json"
+            path.write_text(json.dumps(_round(summary), indent=1, ensure_ascii=False) + "\n")
+            written.append(path)
+    return written
+
+
+# -- render ---------------------------------------------------------------------------------------
+
+def sig(x: float | None, digits: int = 3) -> str:
+    """A time: ``digits`` significant digits (trailing zeros kept), thousands as 21,723."""
+    if x is None:
+        return "–"
+    if abs(x) >= 10 ** digits:
+        return f"{round(x):,}"
+    text = f"{x:#.{digits}g}"
+    return text.rstrip(".")
+
+
+def times(x: float | None, decimals: int = 3) -> str:
+    """A ratio: ``decimals`` decimals below 10, one from 10 up (89.4×)."""
+    if x is None:
+        return "–"
+    return f"{x:.{decimals if x < 10 else 1}f}×"
+
+
+def ratio(x: float | None, decimals: int = 2) -> str:
+    return times(x, decimals)[:-1]
+
+
+def seconds(x: float | None) -> str:
+    if x is None:
+        return "–"
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def label(row: Mapping) -> str:
+    name = row["model"].removeprefix("zoo:")
+    return name + (" (small)" if row.get("small") else "")
+
+
+def rules_text(rules: Mapping[str, int], top: int = RULES_SHOWN) -> str:
+    items = list(rules.items())
+    text = ", ".join(f"`{k}` {v}" for k, v in items[:top])
+    return text + (f", +{len(items) - top} more" if len(items) > top else "")
+
+
+def geomean(values: Iterable[float]) -> float | None:
+    vals = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def machine_text(s: Mapping) -> str:
+    m = s.get("machine") or {}
+    parts = [m.get("cpu") or "CPU not recorded"]
+    if m.get("cpus"):
+        parts[0] += f", {m['cpus']} cores"
+    if m.get("target"):
+        parts.append(f"target `{m['target']}`")
+    return "; ".join(parts)
+
+
+def header_lines(s: Mapping, threads: str | None = None) -> list[str]:
+    commit = f"`{s['commit']}`" if s.get("commit") else "not recorded"
+    if s.get("commit_source") and s["commit_source"] != "recorded by the run":
+        commit += f" ({s['commit_source']})"
+    lines = [f"- Machine: {machine_text(s)}" + (f"; {threads}" if threads else ""),
+             f"- Date: {s.get('date') or 'not recorded'}; commit {commit}; run folder `{s.get('run')}` "
+             "(not committed)",
+             f"- Command: `{s.get('command') or 'not recorded'}`"]
+    return lines
+
+
+def _speedup_cell(r: Mapping) -> str:
+    if r.get("input_kept"):
+        if r.get("candidate_speedup") is not None:
+            return f"1.000× (input kept; candidate {r['candidate_speedup']:.3f}×, {r.get('candidate_wins')})"
+        return "1.000× (input kept)"
+    return f"**{times(r['speedup'])}** ({r.get('wins')}/{r.get('rounds')})"
+
+
+def _rules_cell(r: Mapping) -> str:
+    if r.get("rules_in_result") is None:
+        return "not recorded by this run"
+    if not r["rules_in_result"]:
+        return "nothing cheaper under the cost model" if r.get("input_kept") else "–"
+    return ("candidate: " if r.get("input_kept") else "") + rules_text(r["rules_in_result"])
+
+
+def _opt_cell(r: Mapping) -> str:
+    return f"{seconds(r.get('opt_s'))} / {seconds(r.get('opt_s_rerun'))}"
+
+
+def real_models_block(s: Mapping) -> str:
+    """The real-model table with its machine, date, command and commit: docs/results.md's and the README's."""
+    rows = s["rows"]
+    ort = sorted({r.get("ort_threads") for r in rows if r.get("ort_threads") is not None})
+    tvm = (s.get("machine") or {}).get("tvm_threads")
+    threads = f"{tvm} TVM thread{'s' if tvm != 1 else ''}" if tvm is not None else "TVM threads not recorded"
+    if ort:
+        threads += f", onnxruntime at {'/'.join(map(str, ort))} intra-op thread{'s' if ort != [1] else ''}"
+    out = header_lines(s, threads)
+    out += ["", "| model | onnxruntime ms | TVM opt3 ms | defaults ms | speedup over opt3 (rounds won) "
+            "| defaults / onnxruntime | predicted | optimization s, 1st / 2nd run | the rules its program came "
+            "from (nodes) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        vs_ort = f"{r['defaults_ms'] / r['ort_ms']:.2f}" if r.get("ort_ms") else "–"
+        defaults = "= opt3" if r.get("input_kept") else sig(r["defaults_ms"])
+        out.append(f"| {label(r)} ({r.get('library')}) | {sig(r.get('ort_ms'))} | {sig(r['opt3_ms'])} | {defaults} | "
+                   f"{_speedup_cell(r)} | {vs_ort} | {ratio(r.get('predicted'))} | {_opt_cell(r)} | "
+                   f"{_rules_cell(r)} |")
+    vision = [r for r in rows if r.get("library") == "torchvision"]
+    slower = [label(r) for r in rows if r["speedup"] < 1.0]
+    lines = []
+    if vision:
+        lines.append(f"torchvision models' geometric mean {times(geomean(r['speedup'] for r in vision))} "
+                     f"({len(vision)} models)")
+    for r in rows:
+        if r.get("library") == "transformers":
+            lines.append(f"{label(r)} {times(r['speedup'], 1)}")
+    lines.append("none slower than opt_level 3" if not slower else f"slower: {', '.join(slower)}")
+    out += ["", "Over the set: " + "; ".join(lines) + "."]
+    return "\n".join(out)
+
+
+def zoo_block(s: Mapping) -> str:
+    tvm = (s.get("machine") or {}).get("tvm_threads")
+    out = header_lines(s, f"{tvm} TVM thread{'s' if tvm != 1 else ''}" if tvm is not None else None)
+    out += ["", "| zoo model | TVM opt3 ms | defaults ms | speedup over opt3 (rounds won) | predicted "
+            "| optimization s, 1st / 2nd run | the rules its program came from (nodes) |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+    rows = sorted(s["rows"], key=lambda r: (-r["speedup"], label(r)))
+    for r in rows:
+        defaults = "= opt3" if r.get("input_kept") else sig(r["defaults_ms"])
+        out.append(f"| {label(r)} | {sig(r['opt3_ms'])} | {defaults} | {_speedup_cell(r)} | "
+                   f"{ratio(r.get('predicted'))} | {_opt_cell(r)} | {_rules_cell(r)} |")
+    slower = [label(r) for r in rows if r["speedup"] < 1.0]
+    out += ["", f"Geometric mean {times(geomean(r['speedup'] for r in rows))} over {len(rows)} models; "
+            + ("none slower than opt_level 3." if not slower else f"slower: {', '.join(slower)}.")]
+    return "\n".join(out)
+
+
+def _goals(s: Mapping) -> list[str]:
+    status = {True: "met", False: "not met", None: "not measured"}
+    return [f"- {g['goal']}: **{status[g.get('met')]}** ({g.get('detail')})" for g in s.get("goals") or []]
+
+
+def cost_accuracy_block(s: Mapping) -> str:
+    kinds = s["kinds"]
+    out = header_lines(s)
+    out += ["", "| model | measured ms | " + " | ".join(f"{k} error" for k in kinds) + " |",
+            "| --- | --- | " + " | ".join("---" for _ in kinds) + " |"]
+    for r in s["rows"]:
+        errs = [f"{r['error_pct'][k]:+.1f}%" if k in r["error_pct"] else "–" for k in kinds]
+        out.append(f"| {label(r)} | {sig(r['measured_ms'])} | " + " | ".join(errs) + " |")
+    out.append("")
+    for k in kinds:
+        errs = [abs(r["error_pct"][k]) for r in s["rows"] if k in r["error_pct"]]
+        if errs:
+            within = sum(e <= 15.0 for e in errs)
+            out.append(f"- {k}: {within}/{len(errs)} models within 15%, mean |error| {sum(errs) / len(errs):.1f}%"
+                       + (f"; single-rule pairs ranked right {s['pairs'][k][0]}/{s['pairs'][k][1]}"
+                          if k in (s.get("pairs") or {}) else ""))
+    if s.get("pairs_wrong"):
+        out.append("- pairs the learned model ranks wrong: " + ", ".join(
+            f"{label(p)} `{p['rule']}` (measured ratio {p['measured_ratio']:.3f})" for p in s["pairs_wrong"]))
+    out += _goals(s)
+    return "\n".join(out)
+
+
+def mcts_block(s: Mapping) -> str:
+    out = header_lines(s)
+    ref = s.get("reference_node_limit")
+    out += ["", f"| model | input ms | TENSAT ms | MCTS ms | MCTS / TENSAT | MCTS s (stop) | TENSAT s | "
+            f"reference ms{f' ({ref:,} e-nodes)' if ref else ''} |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in s["rows"]:
+        out.append(f"| {label(r)} | {sig(r['input_ms'], 4)} | {sig(r['tensat_ms'], 4)} | {sig(r['mcts_ms'], 4)} | "
+                   f"{r['mcts_over_tensat']:.5f} | {seconds(r.get('mcts_s'))} ({r.get('mcts_stop')}) | "
+                   f"{seconds(r.get('tensat_s'))} | {sig(r.get('reference_ms'), 4)} |")
+    out.append("")
+    out += _goals(s)
+    return "\n".join(out)
+
+
+SECTIONS = {
+    "real_models": ("Real models against TVM opt_level 3",
+                    "Models written by their libraries' authors (torchvision, transformers), exported to ONNX "
+                    "and loaded the way a user loads them (tvmc's ONNX frontend), random weights, batch 1. "
+                    "*defaults*: `EqSatPass()` with its defaults, then opt_level 3; *speedup*: the median "
+                    "per-round time ratio to opt_level 3 in paired rounds, inverted; *= opt3*: the pass "
+                    "returned its input (a candidate it measured no faster, or none); *predicted*: the cost "
+                    "model's speedup; onnxruntime on the same inputs at the same thread count.",
+                    real_models_block),
+    "zoo": ("The model zoo against TVM opt_level 3",
+            "TASO's benchmark graphs built in Relay (`relay_eqsat.passes` zoo), timed as the real models are.",
+            zoo_block),
+    "cost_accuracy": ("Cost model accuracy",
+                      "Whole-graph runtime predicted against measured (error = (predicted - measured) / "
+                      "measured): *learned* every kernel predicted by the shipped model, *auto* measured "
+                      "kernels first, *analytic* the roofline alone, *held-out* each model predicted by a model "
+                      "trained without its kernels and runtime; single-rule pairs: a rule's rewrite and its "
+                      "input measured more than 5% apart, ranked by the prediction.",
+                      cost_accuracy_block),
+    "mcts_vs_tensat": ("MCTS against TENSAT's schedule",
+                       "Predicted ms of the program each search returns under 2,000 e-nodes (the MCTS paper's "
+                       "setting), the final extraction ILP-ACyc; *reference*: TENSAT under 100 times the "
+                       "node limit, what any schedule of the rules could reach.",
+                       mcts_block),
+}
+
+
+def load_summaries(summaries: Path = SUMMARIES) -> dict[str, dict]:
+    return {t: json.loads((summaries / f"{t}.json").read_text()) for t in TABLES
+            if (summaries / f"{t}.json").exists()}
+
+
+def render_text(summaries: Mapping[str, Mapping]) -> str:
+    """docs/results.md's text from the summaries (``{table: summary}``)."""
+    out = ["# Results", "",
+           "Generated by `make results` (`bench/results_doc.py render`) from the summaries in "
+           "[bench/summaries/](../bench/summaries/): do not edit by hand. A `make bench` run writes its JSON "
+           "under `bench/results/` (not committed); `make results RUN=<that folder>` summarizes it and "
+           "writes this page. Each table names the machine, date, command and commit it was measured with. "
+           "Earlier runs, on other CPUs too, are in [history](history.md); what the figures mean for a "
+           "decision, in [design notes](design-notes.md).", ""]
+    for table in TABLES:
+        if table not in summaries:
+            continue
+        title, text, block = SECTIONS[table]
+        out += [f"## {title}", "", text, "", block(summaries[table]), ""]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def readme_block(summaries: Mapping[str, Mapping]) -> str:
+    return real_models_block(summaries["real_models"]) if "real_models" in summaries else ""
+
+
+def replace_between(text: str, begin: str, end: str, body: str) -> str:
+    """``text`` with what lies between the lines ``begin`` and ``end`` replaced by ``body``."""
+    i, j = text.find(begin), text.find(end)
+    if i < 0 or j < i:
+        raise ValueError(f"markers {begin!r} ... {end!r} not found")
+    return text[:i + len(begin)] + "\n" + body.rstrip("\n") + "\n" + text[j:]
+
+
+def between(text: str, begin: str, end: str) -> str | None:
+    i, j = text.find(begin), text.find(end)
+    return None if i < 0 or j < i else text[i + len(begin):j].strip("\n")
+
+
+def render(summaries: Path = SUMMARIES, out: Path = RESULTS_MD, readme: Path | None = README) -> list[Path]:
+    loaded = load_summaries(summaries)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_text(loaded))
+    written = [out]
+    if readme is not None and readme.exists() and BEGIN_README in readme.read_text():
+        readme.write_text(replace_between(readme.read_text(), BEGIN_README, END_README, readme_block(loaded)))
+        written.append(readme)
+    return written
+
+
+# -- options --------------------------------------------------------------------------------------
+
+def options_table() -> str:
+    """docs/usage.md's table of every option, from the schema (relay_eqsat/options.py)."""
+    import importlib.util
+
+    if importlib.util.find_spec("relay_eqsat") is None:  # not installed: this checkout's
+        sys.path.append(str(ROOT))
+    from relay_eqsat import options
+
+    rows = ["| option | type | default | allowed | where | what it does |", "| --- | --- | --- | --- | --- | --- |"]
+    for o in options.OPTIONS.values():
+        kind = {object: "str or object"}.get(o.type, o.type.__name__)
+        allowed = o.allowed()
+        if allowed is not None:
+            text = ", ".join(f"`{a}`" for a in allowed) + (" (or a boolean)" if o.switch else "")
+        elif o.low is not None:
+            text = f"{'≥' if o.low_inclusive else '>'} {o.low:g}"
+        else:
+            text = "true/false" if o.type is bool else f"any {kind}"
+        if o.nullable:
+            text += " or None"
+        where = "EqSatPass" if o.scope == "pass" else "EqSatPass, optimizer"
+        help_text = o.help.replace("|", "\\|")
+        rows.append(f"| `{o.name}` | {kind} | `{o.default}` | {text} | {where} | {help_text} |")
+    return "\n".join(rows)
+
+
+def write_options(usage: Path = USAGE_MD) -> Path:
+    usage.write_text(replace_between(usage.read_text(), BEGIN_OPTIONS, END_OPTIONS, options_table()))
+    return usage
+
+
+# -- command line ---------------------------------------------------------------------------------
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("summarize", help="a make-bench run folder -> bench/summaries/*.json")
+    s.add_argument("run", nargs="?", default="", help="the run folder (default: the newest bench/results/bench_*)")
+    s.add_argument("--summaries", type=Path, default=SUMMARIES)
+    r = sub.add_parser("render", help="bench/summaries/ -> docs/results.md (and the README's table)")
+    r.add_argument("--summaries", type=Path, default=SUMMARIES)
+    r.add_argument("--out", type=Path, default=RESULTS_MD)
+    r.add_argument("--readme", type=Path, default=README)
+    o = sub.add_parser("options", help="the options schema -> docs/usage.md's options table")
+    o.add_argument("--usage", type=Path, default=USAGE_MD)
+    args = ap.parse_args(argv)
+    if args.command == "summarize":
+        run = Path(args.run) if args.run else latest_run()
+        if run is None:
+            print("no bench/results/bench_* run with real_models.json: the committed summaries stay")
+            return 0
+        for path in summarize(run, args.summaries):
+            print(f"wrote {path} (from {run})")
+    elif args.command == "render":
+        for path in render(args.summaries, args.out, args.readme):
+            print(f"wrote {path}")
+    else:
+        print(f"wrote {write_options(args.usage)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
