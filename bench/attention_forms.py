@@ -72,7 +72,7 @@ def product_module(form: str, b: int, m: int, k: int, n: int):
         from relay_eqsat.types import TensorType
 
         ts = [TensorType((b, m, k), "float32"), TensorType((b, n, k), "float32")]
-        out = ops.get("batch_dense").relay.to_relay({"out_dtype": ""}, [x, relay.transpose(y, axes=(0, 2, 1))],
+        out = ops.get("batch_dense").conversion("relay").to_ir({"out_dtype": ""}, [x, relay.transpose(y, axes=(0, 2, 1))],
                                                     ts, TensorType((b, m, n), "float32"))
     else:
         raise ValueError(f"unknown form {form!r}")

@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     from relay_eqsat.cost import calibrate
     from relay_eqsat.cost.base import CostModel
     from relay_eqsat.pipeline import OptimizeOptions, optimize_graph
-    from relay_eqsat.passes.runtime import build as runtime
+    from relay_eqsat.passes.runtime import build as runtime, timing
     from relay_eqsat.passes.relay.eqsat_pass import bind_params
     from relay_eqsat.passes.cli.model_file import load_model_file
     from relay_eqsat.passes.relay.frontend import from_relay
@@ -75,9 +75,9 @@ def main(argv=None) -> int:
         inputs = runtime.random_inputs({k: (t.shape, t.dtype) for k, t in graph.input_types().items()})
         names = ("last extraction", "returned")
         built = [runtime.build_and_run(graph_to_module(p), inputs) for p in (seen[-1], out)]
-        samples = runtime.time_rounds([b.module for b in built], repeat=args.rounds,
-                                      wall=[b.first_run_s >= runtime.WALL_CLOCK_S for b in built])
-        ratio, wins = runtime.paired_ratio(samples[0], samples[1])
+        samples = timing.time_rounds([b.module for b in built], repeat=args.rounds,
+                                      wall=[b.first_run_s >= timing.WALL_CLOCK_S for b in built])
+        ratio, wins = timing.paired_ratio(samples[0], samples[1])
         res["timing"] = {n: {"median_s": statistics.median(s), "samples_s": s} for n, s in zip(names, samples)}
         res.update(ratio_returned_over_last=ratio, wins_returned=wins,
                    max_err=runtime.output_error(built[0].outputs, built[1].outputs)[0])

@@ -82,7 +82,7 @@ def test_extract_progress_and_log(capsys, monkeypatch):
 # -- timing within a budget ------------------------------------------------------------------
 
 def test_plan_timing_counts():
-    runtime = pytest.importorskip("relay_eqsat.passes.runtime.build")
+    runtime = pytest.importorskip("relay_eqsat.passes.runtime.timing")
     # a fast program: enough runs per timing to last 50 ms, the most timings
     assert runtime.plan_timing([2e-4], 20.0) == (250, 7, False)
     # BERT before optimization, 14 s a run, two programs: one run per timing, the fewest timings,
@@ -104,7 +104,7 @@ class _SlowProgram:
 
 
 def test_time_within_a_slow_program_runs_only_the_timings():
-    runtime = pytest.importorskip("relay_eqsat.passes.runtime.build")
+    runtime = pytest.importorskip("relay_eqsat.passes.runtime.timing")
     slow = [_SlowProgram(0.05), _SlowProgram(0.04)]
     # the first runs (made by the caller) say 1.5 s: timing 3 rounds would take 9 s of a 2 s budget
     timing = runtime.time_within(slow, budget=2.0, first_run_s=[1.5, 1.5])
@@ -130,7 +130,7 @@ class _EvaluatedProgram:
 
 
 def test_time_rounds_times_a_slow_program_by_the_wall_clock_and_a_fast_one_by_the_evaluator():
-    runtime = pytest.importorskip("relay_eqsat.passes.runtime.build")
+    runtime = pytest.importorskip("relay_eqsat.passes.runtime.timing")
     slow, fast = _SlowProgram(0.01), _EvaluatedProgram(1e-3)
     t_slow, t_fast = runtime.time_rounds([slow, fast], repeat=4, min_repeat_ms=50, wall=[True, False])
     assert slow.runs == 4  # one run a timing: no warm-up timing, no untimed run before each

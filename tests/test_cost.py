@@ -843,7 +843,7 @@ def test_small_convolution_measured_less_its_layout_transforms(monkeypatch):
     pytest.importorskip("tvm")
     from relay_eqsat import ops
     from relay_eqsat.cost.instance import OpInstance
-    from relay_eqsat.passes.runtime import kernels, build as runtime
+    from relay_eqsat.passes.runtime import kernels, timing as runtime
     from relay_eqsat.passes.runtime.kernels import TVMRunner
 
     def node_times(lib, *args, **kwargs):

@@ -139,8 +139,8 @@ def test_relay_conversions_are_registered_both_ways():
 
     assert MODELLED_OPS == set(KERNEL_OPS)
     for name in MODELLED_OPS:
-        conv = ops.OPS[name].relay
-        assert callable(conv.from_relay) and callable(conv.to_relay), name
+        conv = ops.OPS[name].conversion("relay")
+        assert callable(conv.from_ir) and callable(conv.to_ir), name
 
 
 

@@ -176,7 +176,7 @@ def test_snapshot_check_statuses(tmp_path):
 
 
 WRONG_SUITE = MODELS + '''
-from relay_eqsat.passes import regression
+from relay_eqsat.passes.regression import fixture as regression
 
 
 def test_wrong_program(eqsat, monkeypatch):
@@ -343,7 +343,7 @@ def test_bad_option_values_are_usage_errors(pytester):
 
 
 MEASURE_SUITE = MODELS + '''
-from relay_eqsat.passes import regression
+from relay_eqsat.passes.regression import fixture as regression
 
 pytestmark = pytest.mark.eqsat(snapshot=False)
 

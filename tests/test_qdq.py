@@ -267,7 +267,8 @@ def test_pass_keeps_the_module_when_the_optimizer_returns_an_ill_typed_graph(tmp
         import onnx, tvm
         from tvm import relay
         from relay_eqsat.graph import Node, TensorType
-        from relay_eqsat.passes import EqSatPass, eqsat_pass
+        from relay_eqsat.passes import EqSatPass
+        from relay_eqsat.passes.relay import eqsat_pass
         mod, _ = relay.frontend.from_onnx(onnx.load(sys.argv[1]), shape={"x": [1, 16]}, freeze_params=True)
         mod = relay.transform.InferType()(mod)
 

@@ -9,8 +9,8 @@ writes bench/results/ab_z4_nov27_vs_now/time_NAME.json (medians and samples).
 import json, statistics, sys
 import numpy as np
 import tvm
-from relay_eqsat.passes import runtime
-from relay_eqsat.passes.cli import load_model
+from relay_eqsat.passes.cli.optimize import load_model
+from relay_eqsat.passes.runtime import build as runtime, timing
 
 name = sys.argv[1]
 mod, params = load_model(f"bench/models/{name}.onnx")
@@ -31,11 +31,11 @@ for tag, (m, p) in mods.items():
     gms.append(gm)
 for tag in ("old", "new"):
     print(tag, "max abs diff vs opt3", float(np.abs(outs[tag] - outs["opt3"]).max()))
-samples = runtime.time_rounds(gms, repeat=9, min_repeat_ms=200)
+samples = timing.time_rounds(gms, repeat=9, min_repeat_ms=200)
 res = {t: statistics.median(s) * 1e3 for t, s in zip(mods, samples)}
 for k, t in enumerate(("old", "new")):
-    r, w = runtime.paired_ratio(samples[0], samples[k + 1])
+    r, w = timing.paired_ratio(samples[0], samples[k + 1])
     print(f"{name} {t}: median {res[t]:.3f} ms vs opt3 {res['opt3']:.3f} ms, ratio {r:.4f} (speedup {1/r:.3f}x), faster in {w}/9")
-r, w = runtime.paired_ratio(samples[1], samples[2])
+r, w = timing.paired_ratio(samples[1], samples[2])
 print(f"{name} new/old ratio {r:.4f}, new faster in {w}/9")
 json.dump({"model": name, "median_ms": res, "samples_s": dict(zip(mods, samples))}, open(f"bench/results/ab_z4_nov27_vs_now/time_{name}.json", "w"))
