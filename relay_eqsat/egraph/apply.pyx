@@ -10,6 +10,7 @@ memoized on everything the rule can observe of the match. Applying a compiled
 plan is C: each step's node is added (its signature cached in the plan) and
 each output merged with its root.
 """
+cimport cython
 from libc.stdlib cimport malloc, free
 from libc.stdint cimport int32_t
 from cpython.tuple cimport PyTuple_New
@@ -23,6 +24,7 @@ PLACEHOLDER = 1 << 30  # class references in plan templates (see apply_matches_p
 DEF C_PLACEHOLDER = 1073741824
 
 
+@cython.auto_pickle(False)  # pickling refused by the store's, as before the split
 cdef class EGraphApply(EGraphMatch):
     """Rule application (planned right-hand sides) over ``EGraphMatch``."""
 

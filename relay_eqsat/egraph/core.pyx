@@ -20,6 +20,7 @@ that every layer calls the ones below as C):
 ``arrays()`` copies the canonical classes and alive nodes into flat numpy
 arrays (``EGraphArrays``): what extraction (``relay_eqsat.extract``) reads.
 """
+cimport cython
 from libc.stdlib cimport malloc, free
 from libc.stdint cimport int32_t, uint8_t, uint64_t
 
@@ -38,6 +39,7 @@ from .ematch import AttrFilter, Program, join_flat
 from .apply import PLACEHOLDER, CompiledPlan
 
 
+@cython.auto_pickle(False)  # pickling refused by the store's, as before the split
 cdef class EGraph(EGraphApply):
     """An e-graph of tensor operations with shape/constant analysis.
 

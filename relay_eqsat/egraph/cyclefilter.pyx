@@ -5,10 +5,12 @@ An e-graph grown by rewriting can contain cycles (a class reachable from
 itself), which no extracted graph may use. TENSAT handles them in two ways,
 both here: before applying a rule, skip a match whose new node would close a
 cycle (``DescendantsMap``: a per-iteration snapshot of which class reaches
-which, or the exact ``reachable``), and after an iteration, blacklist the
-newest node of each remaining cycle (``resolve_cycles``). Blacklisted nodes
-stay in the e-graph but are never matched nor extracted.
+which; or a callable, such as one on the exact ``reachable``), and after an
+iteration, blacklist the newest node of each remaining cycle
+(``resolve_cycles``). Blacklisted nodes stay in the e-graph but are never
+matched nor extracted.
 """
+cimport cython
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset
 from libc.stdint cimport int32_t, uint8_t
@@ -17,6 +19,7 @@ from .store cimport EGraphStore, N_ALIVE, N_BLACK
 from .rebuild cimport EGraphRebuild
 
 
+@cython.auto_pickle(False)  # pickling refused by the store's, as before the split
 cdef class EGraphCycles(EGraphRebuild):
     """The blacklist and the cycle queries over ``EGraphRebuild``."""
 

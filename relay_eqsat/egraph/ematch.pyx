@@ -12,6 +12,7 @@ every alive, non-blacklisted node with the root's operator (the per-op index),
 multi-pattern rule's patterns on their shared variables (a hash join per
 pattern, in nested-loop order).
 """
+cimport cython
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy
 from libc.stdint cimport int32_t
@@ -178,6 +179,7 @@ cdef class Program:
 # ---------------------------------------------------------------------------
 # the VM
 # ---------------------------------------------------------------------------
+@cython.auto_pickle(False)  # pickling refused by the store's, as before the split
 cdef class EGraphMatch(EGraphCycles):
     """Searching compiled patterns (``Program``) over ``EGraphCycles``."""
 

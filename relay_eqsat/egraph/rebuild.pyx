@@ -9,12 +9,14 @@ worklist is empty. The analysis is merged on union (flags are or-ed; a type
 disagreement is a bug and raises); a class that became constant makes its
 parents' nodes constant when all their inputs are (``_propagate_const``).
 """
+cimport cython
 from libc.stdint cimport int32_t
 
 from .store cimport EGraphStore, N_ALIVE, N_BLACK, N_CONST, C_CONST, C_OPAQUE
 from .interning import _TYPES
 
 
+@cython.auto_pickle(False)  # pickling refused by the store's, as before the split
 cdef class EGraphRebuild(EGraphStore):
     """Rebuild (congruence closure) and the analysis queries over ``EGraphStore``."""
 
