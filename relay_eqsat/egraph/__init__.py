@@ -1,5 +1,6 @@
 """The e-graph: Cython core (storage, union-find, hashcons, rebuild, analysis,
-e-matching, cycle filtering) and its flat view for extraction.
+e-matching, cycle filtering, planned application; one module each, composed in
+``core.pyx``) and its flat view for extraction.
 
     EGraph          the e-graph (``relay_eqsat.egraph.core``)
     EGraphArrays    its canonical classes and alive nodes as arrays (``EGraph.arrays()``)
