@@ -162,10 +162,11 @@ def export(name: str, out: Path) -> dict:
     return meta
 
 
-def run_ort(model: Path, inputs: Path, outputs: Path, timing: Path, threads: int, rounds: int,
-            min_repeat_ms: float) -> dict:
+def ort_run_and_time(model: Path, inputs: Path, outputs: Path, timing: Path, threads: int, rounds: int,
+                     min_repeat_ms: float) -> dict:
     """Run onnxruntime on the arrays in ``inputs`` (.npz, keyed by input name), save its outputs
-    (.npz, ``output_0``, ``output_1``...) and time it: after a warm-up run, ``rounds`` timings,
+    (.npz, ``output_0``, ``output_1``...) and time it (in the export venv: its subcommand ``ort``,
+    which a bench calls through ``export_venv.run_ort``): after a warm-up run, ``rounds`` timings,
     each the mean of as many runs as fill ``min_repeat_ms``; their median, in ``timing`` (JSON)."""
     import numpy as np
     import onnxruntime as ort
@@ -215,7 +216,7 @@ def main(argv=None) -> int:
         meta = export(args.name, args.out)
         print(f"exported {args.name} to {args.out} in {meta['export_s']:.1f} s")
     elif args.cmd == "ort":
-        info = run_ort(args.model, args.inputs, args.outputs, args.timing, args.threads, args.rounds,
+        info = ort_run_and_time(args.model, args.inputs, args.outputs, args.timing, args.threads, args.rounds,
                        args.min_repeat_ms)
         print(f"onnxruntime {args.model.name}: {info['median_s'] * 1e3:.3f} ms (median of {args.rounds})")
     else:

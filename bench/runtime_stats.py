@@ -1,6 +1,7 @@
-"""A model's variants built and timed for a bench table: :class:`Timing`.
+"""A model's variants built and timed for a bench table: :class:`Timed`.
 
-Building, running and the timer itself are ``relay_eqsat.passes.runtime.build``'s; here
+Building, running, the timer, the interleaving loop and the statistics (``Samples``) are
+``relay_eqsat.passes.runtime``'s (``build``, ``timing``); here
 are the benchmarks' own choices: interleaved rounds of several timings each, and
 the statistics the tables report (median, quartiles, spread, slower beyond noise).
 """
@@ -14,34 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from relay_eqsat.passes.runtime.timing import Samples
+
 
 @dataclass
-class Timing:
-    """A built module's runtime: median seconds over the timing samples, and its outputs."""
+class Timed(Samples):
+    """A built module's runtime (:class:`~relay_eqsat.passes.runtime.timing.Samples`), its outputs
+    and its build's seconds."""
 
-    median: float
-    samples: list[float]
     outputs: list = field(repr=False, default_factory=list)
     build_time: float = 0.0
-
-    @property
-    def quartiles(self) -> tuple[float, float]:
-        """(lower, upper) quartile of the samples (min and max with fewer than 4)."""
-        if len(self.samples) < 4:
-            return min(self.samples), max(self.samples)
-        q = statistics.quantiles(self.samples, n=4)
-        return q[0], q[2]
-
-    @property
-    def spread(self) -> float:
-        """Relative inter-quartile range of the samples."""
-        lo, hi = self.quartiles
-        return (hi - lo) / self.median if self.median > 0 else 0.0
-
-    def slower_than(self, other: "Timing", noise: float) -> bool:
-        """Slower beyond noise: the median more than ``noise`` (relative) above the other's
-        and the lower quartile above the other's upper quartile."""
-        return self.median > other.median * (1 + noise) and self.quartiles[0] > other.quartiles[1]
 
     def to_dict(self) -> dict:
         return {"median_s": self.median, "samples_s": self.samples, "spread": self.spread,
@@ -59,28 +42,21 @@ def build_module(mod, inputs: Mapping, target: str | None = None, opt_level: int
 
 
 def time_built(built: Mapping[str, Any], repeat: int = 10, min_repeat_ms: int = 100,
-               rounds: int = 1) -> dict[str, Timing]:
+               rounds: int = 1) -> dict[str, Timed]:
     """Time each built module: ``repeat`` timings (each at least ``min_repeat_ms`` long)
-    per module, taken in ``rounds`` interleaved rounds so that drift of the machine's
-    speed affects every module alike (the order rotates from round to round, so
-    no module is always timed first); the median of each module's samples."""
-    from relay_eqsat.passes.runtime.timing import timer
+    per module, taken in ``rounds`` interleaved rounds (:func:`~relay_eqsat.passes.runtime.timing.interleave`)
+    so that drift of the machine's speed affects every module alike; the median of each module's
+    samples."""
+    from relay_eqsat.passes.runtime.timing import interleave, timer
 
-    samples: dict[str, list[float]] = {k: [] for k in built}
-    names = list(built)
     per_round = [repeat // rounds + (1 if r < repeat % rounds else 0) for r in range(rounds)]
-    for r, n in enumerate(per_round):
-        for k in names[r % len(names):] + names[:r % len(names)]:
-            if n:
-                samples[k] += timer(built[k].module, number=1, repeat=n, min_repeat_ms=min_repeat_ms)()
-    return {k: Timing(statistics.median(v), v, built[k].outputs, built[k].build_s) for k, v in samples.items()}
 
+    def timing(module):
+        return lambda r: timer(module, number=1, repeat=per_round[r], min_repeat_ms=min_repeat_ms)() if per_round[r] else []
 
-def build_and_time(mod, inputs: Mapping, repeat: int = 10, min_repeat_ms: int = 100,
-                   target: str | None = None, opt_level: int = 3, sequence: Sequence = ()) -> Timing:
-    """:func:`build_module` then :func:`time_built` for one module."""
-    built = build_module(mod, inputs, target=target, opt_level=opt_level, sequence=sequence)
-    return time_built({"m": built}, repeat=repeat, min_repeat_ms=min_repeat_ms)["m"]
+    names = list(built)
+    samples = interleave([timing(built[k].module) for k in names], rounds)
+    return {k: Timed(statistics.median(v), v, built[k].outputs, built[k].build_s) for k, v in zip(names, samples)}
 
 
 @contextmanager

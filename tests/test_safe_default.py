@@ -384,7 +384,7 @@ def test_program_records_keep_opaque_nodes_by_key_and_refuse_another_input():
 
 def test_a_round_too_slow_to_time_falls_back_to_the_predicted_gain(monkeypatch, cost_db):
     monkeypatch.setattr(eqsat_pass, "optimize", _copy_optimizer)
-    monkeypatch.setattr(decision, "_one_run_seconds", lambda m, first_run_s, time_limit: 100.0)
+    monkeypatch.setattr(decision, "one_run_seconds", lambda m, first_run_s, budget, min_rounds: 100.0)
     monkeypatch.setattr(decision, "time_rounds", lambda *a, **k: pytest.fail("timed anyway"))
     mod = dense_net()
     p = EqSatPass()
@@ -398,7 +398,7 @@ def test_a_slow_input_is_timed_by_the_wall_clock_within_the_limit(monkeypatch, c
     that fit check_time_limit are counted so: one run of it a round."""
     monkeypatch.setattr(eqsat_pass, "optimize", _copy_optimizer)
     seconds = iter([6.0, 1e-3])  # the input's one run, then the candidate's
-    monkeypatch.setattr(decision, "_one_run_seconds", lambda m, first_run_s, time_limit: next(seconds))
+    monkeypatch.setattr(decision, "one_run_seconds", lambda m, first_run_s, budget, min_rounds: next(seconds))
     asked = []
 
     def rounds(modules, **kw):
@@ -418,8 +418,8 @@ def test_a_first_run_of_a_second_or_more_is_taken_for_the_run_time():
         @property
         def module(self):
             raise AssertionError("ran again")
-    assert decision._one_run_seconds(Unrunnable(), 10.9, 120.0) == 10.9
-    assert decision._one_run_seconds(Unrunnable(), 50.0, 120.0) == 50.0
+    assert decision.one_run_seconds(Unrunnable(), 10.9, 120.0, decision.RUNTIME_MIN_ROUNDS) == 10.9
+    assert decision.one_run_seconds(Unrunnable(), 50.0, 120.0, decision.RUNTIME_MIN_ROUNDS) == 50.0
 
 
 def test_creating_the_executor_counts_as_building(monkeypatch):
@@ -631,7 +631,7 @@ def test_other_candidates_are_built_only_where_the_rounds_still_fit(monkeypatch,
         return g, rep
 
     monkeypatch.setattr(eqsat_pass, "optimize", two_candidates)
-    monkeypatch.setattr(decision, "_one_run_seconds", lambda m, first_run_s, time_limit: 5.0)
+    monkeypatch.setattr(decision, "one_run_seconds", lambda m, first_run_s, budget, min_rounds: 5.0)
     timed = []
     monkeypatch.setattr(decision, "time_rounds",
                         lambda modules, **kw: timed.append((len(modules), kw["repeat"])) or [[2e-3] * 9, [1e-3] * 9])
@@ -639,7 +639,7 @@ def test_other_candidates_are_built_only_where_the_rounds_still_fit(monkeypatch,
     p(dense_net())
     assert len(builds) == 2 and timed == [(2, 9)]
     assert p.last_report["runtime_others_untimed"] == 1 and "runtime_candidates" not in p.last_report
-    monkeypatch.setattr(decision, "_one_run_seconds", lambda m, first_run_s, time_limit: 100.0)
+    monkeypatch.setattr(decision, "one_run_seconds", lambda m, first_run_s, budget, min_rounds: 100.0)
     q = EqSatPass(seed=3)  # a round too slow for the limit: rule 3 decides, the other is not built
     q(dense_net())
     assert len(builds) == 4 and timed == [(2, 9)] and "runtime_untimed" in q.last_report

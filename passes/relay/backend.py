@@ -1,4 +1,11 @@
-"""TODO docstring."""
+"""TensorGraph -> Relay: the backend (:func:`to_relay`, :func:`graph_to_module`).
+
+It rebuilds one Relay expression per node, so shared values stay shared, with each op's Relay
+conversion from the operator table (``OpDef.conversion("relay")``) and the opaque nodes' own
+calls, and leaves weight-only subgraphs as constant expressions for ``relay.build``'s
+FoldConstant. :func:`check_types` refuses an ill-typed graph before TVM sees it (this TVM can
+crash on one); :func:`opaque_evaluator` runs opaque nodes for the numpy reference.
+"""
 from __future__ import annotations
 
 from collections import Counter

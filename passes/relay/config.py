@@ -1,4 +1,17 @@
-"""TODO docstring."""
+"""The pass's options from the PassContext: ``PassContext(config={"relay.eqsat.<option>": ...})``.
+
+This TVM (0.16, C++ ``PassConfigManager``) rejects unregistered config keys and offers no Python
+API to register them. Importing this module therefore wraps ``tvm.transform.PassContext.__init__``:
+keys starting with :data:`CONFIG_PREFIX` are taken out of ``config`` before the C++ constructor
+sees them and kept in a side table keyed by the context object; the pass reads them back with
+:func:`eqsat_config`. ``PassContext.list_configs()`` also lists them (IntImm for int/bool options,
+runtime.String otherwise), so ``tvmc compile --pass-config relay.eqsat.budget=8`` works. Importing
+``relay_eqsat.passes.relay`` (``from relay_eqsat.passes import EqSatPass`` does) installs the hook;
+``PassContext.current().config`` does not show these keys.
+
+:func:`resolve_options`: constructor options over PassContext config over :data:`DEFAULT_OPTIONS`,
+each validated through the one options schema (:mod:`relay_eqsat.options`).
+"""
 from __future__ import annotations
 
 import weakref

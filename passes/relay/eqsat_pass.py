@@ -1,19 +1,10 @@
-"""EqSatPass: the Relay module pass (main -> TensorGraph -> optimize -> Relay).
+"""EqSatPass: the Relay module pass, a composition of the parts beside it.
 
-Options come from the constructor, else from the PassContext config
-(``relay.eqsat.<option>``), else from :data:`DEFAULT_OPTIONS`.
-
-PassContext config keys: this TVM (0.16, C++ ``PassConfigManager``) rejects
-unregistered keys and offers no Python API to register them. Importing this
-module therefore wraps ``tvm.transform.PassContext.__init__``: keys starting
-with ``relay.eqsat.`` are taken out of ``config`` before the C++ constructor
-sees them and kept in a side table keyed by the context object; the pass
-reads them back with :func:`eqsat_config`. ``PassContext.list_configs()``
-also lists them (IntImm for int/bool options, runtime.String otherwise, parsed
-by the pass), so ``tvmc compile --pass-config relay.eqsat.budget=8`` works.
-``relay_eqsat.passes`` must be imported before such a PassContext is created
-(importing ``EqSatPass`` does it); ``PassContext.current().config`` does not
-show these keys.
+main -> TensorGraph (:mod:`.frontend`) -> the optimizer (:func:`relay_eqsat.pipeline.optimize_graph`)
+-> Relay (:mod:`.backend`), with options from :mod:`.config` (constructor, else the PassContext's
+``relay.eqsat.<option>``, else :data:`~.config.DEFAULT_OPTIONS`), the decision from
+:mod:`relay_eqsat.passes.runtime.decision` (how to judge, and the runtime check) and verdicts
+remembered by :mod:`relay_eqsat.passes.runtime.verdicts`.
 """
 from __future__ import annotations
 
@@ -38,7 +29,7 @@ from .scale_guard import runtime_scaled_weights
 from .simplify_copies import copied_ops
 from relay_eqsat.passes.runtime.decision import RUNTIME_SETTINGS, judge, runtime_check
 from relay_eqsat.passes.runtime.target import host_target
-from relay_eqsat.passes.runtime.verdicts import Verdicts, content_fingerprint, program_record
+from relay_eqsat.passes.runtime.verdicts import Verdicts, program_record
 
 log = logging.getLogger(__name__)
 
@@ -231,9 +222,8 @@ class EqSatPass:
             target = opts["target"] or host_target()
             cost_model = resolve_cost(opts["cost"], target)
             judgement = judge(opts, cost_model)
-            remembering = getattr(cost_model, "cache", None) if judgement.check_runtime else None
-            verdicts = Verdicts(remembering, RUNTIME_SETTINGS,
-                                content_fingerprint(opts["rules"], cost_model) if remembering is not None else "")
+            verdicts = (Verdicts.of(cost_model, RUNTIME_SETTINGS, opts["rules"]) if judgement.check_runtime
+                        else Verdicts(None, RUNTIME_SETTINGS))
             remembered = None if opts["verify"] else verdicts.rejected_input(typed, opts)
             won = None if opts["verify"] or remembered is not None else verdicts.won_input(typed, opts, graph)
             if remembered is not None:

@@ -1,4 +1,4 @@
-"""Relay <-> TensorGraph: the frontend (:func:`from_relay`) and backend (:func:`to_relay`).
+"""Relay -> TensorGraph: the frontend (:func:`from_relay`; the way back is :mod:`.backend`).
 
 The frontend takes the ``main`` function of a type-checked Relay module, a pure
 dataflow graph with static shapes, and turns every call of an operator of the
@@ -8,10 +8,6 @@ else is kept verbatim as an ``opaque`` node whose payload (:class:`OpaqueCall`)
 rebuilds the original call; a call is also made opaque when ``ops.infer_type``
 disagrees with Relay's type for it, so a round trip never changes meaning.
 Programs the frontend cannot take raise :class:`UnsupportedProgram`.
-
-The backend rebuilds one Relay expression per node, so shared values stay
-shared, and leaves weight-only subgraphs as constant expressions for
-``relay.build``'s FoldConstant.
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Building, running, timing and comparing Relay programs: the project's one implementation.
+"""Building, running and comparing programs' outputs: the project's one implementation.
 
 The pass's runtime check, the measuring worker (:mod:`relay_eqsat.passes.runtime.kernels`) and
-the benchmarks all build with :func:`build`, time with :func:`timer` and what is made of
-it (:func:`time_rounds`, :func:`time_module`, :func:`measure`), and compare outputs with
-:func:`output_error`. Builds default to :func:`~relay_eqsat.passes.runtime.target.host_target`
+the benchmarks all build with :func:`build` (or :func:`build_and_run`, which also runs once and
+records the build's seconds), and compare outputs with :func:`output_error`; timing is
+:mod:`.timing`'s. Builds default to :func:`~relay_eqsat.passes.runtime.target.host_target`
 (this TVM's plain ``llvm`` is riscv64).
 """
 from __future__ import annotations

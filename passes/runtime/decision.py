@@ -1,4 +1,13 @@
-"""TODO docstring."""
+"""Whether the pass keeps its result: how to judge it (:func:`judge`) and the runtime check.
+
+:func:`judge` resolves ``check_runtime``, ``calibrate`` and ``min_gain`` from whether the target
+runs here and what the cost model rests on (a :class:`Judgement`). :func:`runtime_check` builds the
+input and the result (and calibration's other candidates), checks that they compute the same
+outputs and, when the target runs here, times them in paired rounds (:func:`compare_modules`, the
+rounds planned by :func:`~.timing.plan_timing`): a program is kept only if its median per-round
+ratio is at most ``1 - RUNTIME_MARGIN`` and it won a sign test's share of the rounds
+(:func:`wins_needed`).
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +22,7 @@ from relay_eqsat.cost.base import FOREIGN_ERROR
 from relay_eqsat.user_warnings import warn
 
 from relay_eqsat.passes.relay.frontend import main_function
-from .timing import FIRST_RUN_TRUSTED_S, WALL_CLOCK_S, paired_ratio, time_rounds, timer
+from .timing import one_run_seconds, paired_ratio, plan_timing, round_seconds, time_rounds
 from .build import build_and_run, output_error, random_inputs
 from relay_eqsat.passes.runtime.target import host_target, runs_here
 
@@ -125,16 +134,6 @@ def wins_needed(rounds: int, alpha: float = RUNTIME_ALPHA) -> int:
     return 0
 
 
-def _one_run_seconds(m, first_run_s: float, time_limit: float) -> float:
-    """Seconds of one run of ``m``: its first run (``build_and_run``'s ``first_run_s``)
-    when that is :data:`FIRST_RUN_TRUSTED_S` or more, or when even half of it would not
-    let :data:`RUNTIME_MIN_ROUNDS` rounds fit in ``time_limit`` (a slow model is not run
-    again just to learn it is slow), else one warm timed run."""
-    if first_run_s >= FIRST_RUN_TRUSTED_S or first_run_s / 2 * RUNTIME_MIN_ROUNDS > time_limit:
-        return first_run_s
-    return timer(m)()[0]
-
-
 def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rtol: float = 1e-4,
                     target: str | None = None, time_repeat: int = 0,
                     time_limit: float | None = None, others: Sequence[tvm.IRModule] = ()) -> dict[str, Any]:
@@ -170,26 +169,32 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
     if time_repeat <= 0:
         return out  # nothing timed: no other candidate could be chosen, none is built
     limit = math.inf if time_limit is None else time_limit
+
+    def plan(run_seconds):
+        return plan_timing(run_seconds, time_limit, max_repeat=time_repeat, fill_ms=RUNTIME_MIN_REPEAT_MS)
+
     runs = [m_before, m_after]
-    one_run = [_one_run_seconds(m, first, limit) for m, first in ((m_before, first_before), (m_after, first_after))]
-    rounds, wall, per_round = _timing_plan(one_run, time_repeat, time_limit)
+    one_run = [one_run_seconds(m, first, limit, RUNTIME_MIN_ROUNDS)
+               for m, first in ((m_before, first_before), (m_after, first_after))]
+    rounds = plan(one_run).repeat
     if rounds < min(RUNTIME_MIN_ROUNDS, time_repeat):
+        per_round = round_seconds(one_run, plan(one_run), RUNTIME_MIN_REPEAT_MS)
         out["untimed"] = (f"one timing round takes {per_round:.2f} s: {RUNTIME_MIN_ROUNDS} rounds do not "
                           f"fit in check_time_limit={time_limit:g} s")
         return out
     for mod in others:  # built and timed only while the rounds still fit with it (it runs about as long as the result)
-        if _timing_plan(one_run + [one_run[1]], time_repeat, time_limit)[0] < rounds:
+        if plan(one_run + [one_run[1]]).repeat < rounds:
             break
         m, first, err = built_and_checked(mod)
         out["max_error"] = max(out["max_error"], err)
-        seconds = _one_run_seconds(m, first, limit)
-        if _timing_plan(one_run + [seconds], time_repeat, time_limit)[0] < rounds:
+        seconds = one_run_seconds(m, first, limit, RUNTIME_MIN_ROUNDS)
+        if plan(one_run + [seconds]).repeat < rounds:
             break  # it ran slower than the result
         runs.append(m)
         one_run.append(seconds)
     if len(runs) - 2 < len(others):
         out["others_untimed"] = len(others) - (len(runs) - 2)
-    wall = _timing_plan(one_run, time_repeat, time_limit)[1]
+    wall = list(plan(one_run).wall)
     t_before, *t_after = time_rounds(runs, repeat=rounds, min_repeat_ms=RUNTIME_MIN_REPEAT_MS, wall=wall)
     candidates = []
     for t in t_after:
@@ -202,19 +207,6 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
     if len(candidates) > 1:
         out.update(chosen=chosen, candidates=candidates)
     return out
-
-
-def _timing_plan(one_run: Sequence[float], time_repeat: int, time_limit: float | None) -> tuple[int, list[bool], float]:
-    """(rounds, wall-clock flags, seconds a round takes) for timing programs whose one run takes
-    ``one_run`` seconds each: ``time_repeat`` rounds, fewer where they would not fit in
-    ``time_limit``. A program of WALL_CLOCK_S or more is timed by the wall clock: TVM's
-    time_evaluator would run it once untimed before every timing, doubling what the check takes
-    (DistilBERT's 10.9-s input: 9 rounds took 200 s where 120 were allowed)."""
-    wall = [s >= WALL_CLOCK_S for s in one_run]
-    floor = RUNTIME_MIN_REPEAT_MS / 1e3
-    per_round = sum(s if w else max(floor, s) + s for s, w in zip(one_run, wall))
-    rounds = time_repeat if time_limit is None else min(time_repeat, int(time_limit // per_round))
-    return rounds, wall, per_round
 
 
 def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, Any],

@@ -1,4 +1,13 @@
-"""TODO docstring."""
+"""Timing programs: the project's one timer, interleaved rounds and the one timing planner.
+
+:func:`timer` (TVM's ``time_evaluator``) and :func:`wall_timer` time one program; every
+comparison interleaves its programs round by round (:func:`interleave`, through
+:func:`time_rounds`), so the machine's drift affects them alike; :func:`plan_timing` sizes the
+rounds to a time budget from each program's run time (:func:`one_run_seconds`), for the runtime
+check and the command line (:func:`time_within`); :class:`Samples` and :class:`Timing` hold what
+was measured. The debug executor's per-kernel times (:func:`node_times`) serve the cost model's
+measurements and ``relay-eqsat profile``.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -10,7 +19,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import tvm
@@ -135,24 +144,56 @@ def time_rounds(modules: Sequence[graph_executor.GraphModule], number: int = 0, 
         raise ValueError(f"wall: {len(wall)} flags for {len(modules)} modules")
     timers = [wall_timer(m, max(1, number)) if w else timer(m, max(1, number), 1, min_repeat_ms)
               for m, w in zip(modules, wall)]
-    return _rounds(timers, repeat, warmup=[not w for w in wall])
+    return interleave([lambda r, t=t: t() for t in timers], repeat, warmup=[not w for w in wall])
 
 
-def _rounds(timers: Sequence[Callable[[], list[float]]], repeat: int, warmup: Sequence[bool]) -> list[list[float]]:
-    """:func:`time_rounds`'s loop over zero-argument timers (first one warm-up call of each timer
-    ``warmup`` flags), with a progress bar of the timings."""
+def interleave(timers: Sequence[Callable[[int], list[float]]], rounds: int,
+               warmup: Sequence[bool] = ()) -> list[list[float]]:
+    """The one interleaving loop: ``rounds`` rounds, each calling every timer once with the
+    round's index (the order rotating from round to round, so none is always timed first) and
+    adding the seconds it returns to that timer's samples; first one warm-up call of each timer
+    ``warmup`` flags. With a progress bar of the timings."""
     n = len(timers)
+    warmup = list(warmup) + [False] * (n - len(warmup))
     samples: list[list[float]] = [[] for _ in timers]
-    with progress.bar(total=repeat * n + sum(warmup), desc="timing", unit="timing") as bar:
+    with progress.bar(total=rounds * n + sum(warmup), desc="timing", unit="timing") as bar:
         for t, w in zip(timers, warmup):
             if w:
-                t()
+                t(0)
                 bar.update(1)
-        for r in range(repeat):
+        for r in range(rounds):
             for k in [(r + j) % n for j in range(n)]:
-                samples[k].append(timers[k]()[0])
+                samples[k].extend(timers[k](r))
                 bar.update(1)
     return samples
+
+
+@dataclass
+class Samples:
+    """One program's timings: the median seconds per run and the samples, with their quartiles,
+    spread and a comparison beyond noise."""
+
+    median: float
+    samples: list[float]
+
+    @property
+    def quartiles(self) -> tuple[float, float]:
+        """(lower, upper) quartile of the samples (min and max with fewer than 4)."""
+        if len(self.samples) < 4:
+            return min(self.samples), max(self.samples)
+        q = statistics.quantiles(self.samples, n=4)
+        return q[0], q[2]
+
+    @property
+    def spread(self) -> float:
+        """Relative inter-quartile range of the samples."""
+        lo, hi = self.quartiles
+        return (hi - lo) / self.median if self.median > 0 else 0.0
+
+    def slower_than(self, other: "Samples", noise: float) -> bool:
+        """Slower beyond noise: the median more than ``noise`` (relative) above the other's
+        and the lower quartile above the other's upper quartile."""
+        return self.median > other.median * (1 + noise) and self.quartiles[0] > other.quartiles[1]
 
 
 def wall_timer(m: graph_executor.GraphModule, number: int = 1, dev=None) -> Callable[[], list[float]]:
@@ -174,38 +215,81 @@ def wall_timer(m: graph_executor.GraphModule, number: int = 1, dev=None) -> Call
 
 #: a timing of a fast program averages enough runs to last at least this long (seconds)
 TIMING_MIN_S = 0.05
-
-
 #: programs whose run takes at least this long are timed by the wall clock (:func:`wall_timer`)
 WALL_CLOCK_S = 0.2
-
-
 #: a first run this long is taken for the run time (a later run is no faster by much)
 FIRST_RUN_TRUSTED_S = 1.0
-
-
 #: timings per program when the budget allows, and at least (the budget notwithstanding)
 TIMING_MAX_REPEAT = 7
-
-
 TIMING_MIN_REPEAT = 3
 
 
-def plan_timing(run_seconds: Sequence[float], budget: float, min_repeat: int = TIMING_MIN_REPEAT,
-                max_repeat: int = TIMING_MAX_REPEAT) -> tuple[int, int, bool]:
-    """(number, repeat, wall) to time programs whose runs take ``run_seconds`` each, in
-    interleaved rounds, within ``budget`` seconds: each timing averages ``number`` runs, enough
-    for the fastest program's timing to last :data:`TIMING_MIN_S`; ``repeat`` rounds, as many
-    as fit in the budget between ``min_repeat`` and ``max_repeat``; ``wall``: every program runs
-    :data:`WALL_CLOCK_S` or longer, so the wall clock times them (no untimed run per timing, no
-    warm-up round)."""
+def one_run_seconds(m: graph_executor.GraphModule, first_run_s: float | None = None, budget: float | None = None,
+                    min_rounds: int = 1) -> float:
+    """Seconds of one run of ``m``: its first run (``build_and_run``'s ``first_run_s``) when that
+    is :data:`FIRST_RUN_TRUSTED_S` or more, or when even half of it would not let ``min_rounds``
+    rounds fit in ``budget`` (a slow program is not run again just to learn it is slow), else one
+    warm timed run."""
+    if first_run_s is not None and (first_run_s >= FIRST_RUN_TRUSTED_S
+                                    or (budget is not None and first_run_s / 2 * min_rounds > budget)):
+        return first_run_s
+    return timer(m)()[0]
+
+
+class TimingPlan(NamedTuple):
+    """How to time programs in interleaved rounds (:func:`plan_timing`): each timing averages
+    ``number`` runs (0: as many as fill the plan's ``fill_ms``, ``time_evaluator``'s
+    ``min_repeat_ms``), ``repeat`` rounds, ``wall``: timed by the wall clock (one flag for all
+    programs, or one a program)."""
+
+    number: int
+    repeat: int
+    wall: bool | tuple[bool, ...]
+
+
+def timing_seconds(run_s: float, wall: bool, number: int, fill_ms: float = 0.0) -> float:
+    """Seconds one timing of a program whose run takes ``run_s`` costs: ``number`` runs (or as
+    many as fill ``fill_ms``), plus the untimed run ``time_evaluator`` makes first unless the wall
+    clock times it."""
+    timed = number * run_s if number else max(fill_ms / 1e3, run_s)
+    return timed + (0.0 if wall else run_s)
+
+
+def plan_timing(run_seconds: Sequence[float], budget: float | None, min_repeat: int = TIMING_MIN_REPEAT,
+                max_repeat: int = TIMING_MAX_REPEAT, fill_ms: float | None = None) -> TimingPlan:
+    """The one timing planner: how to time programs whose runs take ``run_seconds`` each, in
+    interleaved rounds (:func:`time_rounds`), within ``budget`` seconds (None: no limit).
+
+    By a count (``fill_ms`` None; the command line, :func:`time_within`): each timing averages
+    ``number`` runs, enough for the fastest program's timing to last :data:`TIMING_MIN_S`;
+    ``wall``: every program runs :data:`WALL_CLOCK_S` or longer, so the wall clock times them all
+    (no untimed run per timing, no warm-up round); ``repeat``: as many rounds as fit, warm-up
+    included, between ``min_repeat`` and ``max_repeat``.
+
+    By time (``fill_ms``; the runtime check): each timing runs as often as fills ``fill_ms``
+    (``number`` 0); ``wall`` one flag a program: a program of :data:`WALL_CLOCK_S` or more is
+    timed by the wall clock (TVM's time_evaluator would run it once untimed before every timing,
+    doubling what the check takes: DistilBERT's 10.9-s input took 200 s for 9 rounds where 120
+    were allowed); ``repeat``: ``max_repeat`` rounds, fewer where they would not fit, not raised to
+    ``min_repeat`` (the caller says what too few rounds mean)."""
+    if fill_ms is not None:
+        wall = tuple(s >= WALL_CLOCK_S for s in run_seconds)
+        per_round = round_seconds(run_seconds, TimingPlan(0, 0, wall), fill_ms)
+        fit = max_repeat if budget is None else int(budget // per_round)
+        return TimingPlan(0, min(max_repeat, fit), wall)
     fastest = max(min(run_seconds), 1e-9)
     number = max(1, math.ceil(TIMING_MIN_S / fastest))
     wall = fastest >= WALL_CLOCK_S
-    # a time_evaluator timing does one untimed run first; time_rounds warms up with one round
-    per_round = (number + (0 if wall else 1)) * sum(run_seconds)
-    fit = int(budget // per_round) - (0 if wall else 1) if per_round > 0 else max_repeat
-    return number, max(min_repeat, min(max_repeat, fit)), wall
+    per_round = round_seconds(run_seconds, TimingPlan(number, 0, wall))
+    # time_rounds warms up with one round of time_evaluator timings
+    fit = (int(budget // per_round) - (0 if wall else 1)) if per_round > 0 and budget is not None else max_repeat
+    return TimingPlan(number, max(min_repeat, min(max_repeat, fit)), wall)
+
+
+def round_seconds(run_seconds: Sequence[float], plan: TimingPlan, fill_ms: float = 0.0) -> float:
+    """Seconds one round of ``plan`` takes: a timing of each program (:func:`timing_seconds`)."""
+    walls = plan.wall if isinstance(plan.wall, tuple) else (plan.wall,) * len(run_seconds)
+    return sum(timing_seconds(s, w, plan.number, fill_ms) for s, w in zip(run_seconds, walls))
 
 
 @dataclass
@@ -239,7 +323,7 @@ def time_within(modules: Sequence[graph_executor.GraphModule], budget: float,
     ``number``/``repeat`` given override the plan."""
     t0 = time.perf_counter()
     first = list(first_run_s) + [None] * (len(modules) - len(first_run_s))
-    run_s = [f if f is not None and f >= FIRST_RUN_TRUSTED_S else timer(m)()[0] for m, f in zip(modules, first)]
+    run_s = [one_run_seconds(m, f) for m, f in zip(modules, first)]
     plan_number, plan_repeat, wall = plan_timing(run_s, budget)
     number = plan_number if number is None else number
     repeat = plan_repeat if repeat is None else repeat

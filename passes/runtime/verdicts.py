@@ -155,6 +155,18 @@ def _options_text(opts: Mapping[str, Any]) -> str | None:
 class Verdicts:
     """The verdicts kept in ``cache`` (a CostCache, or None: nothing is remembered)."""
 
+    @classmethod
+    def of(cls, cost_model, settings: str, rules: Any) -> "Verdicts":
+        """The store of the database ``cost_model`` reads (this package's ``CostModel``: its
+        sqlite file, the ``meta`` table); a cost object of the user's own keeps no verdicts.
+        ``settings``: the runtime check's; ``rules``: the ``rules`` option (its file's content
+        is part of every key, `content_fingerprint`)."""
+        from relay_eqsat.cost.base import CostModel
+
+        if not isinstance(cost_model, CostModel) or cost_model.cache is None:
+            return cls(None, settings)
+        return cls(cost_model.cache, settings, content_fingerprint(rules, cost_model))
+
     def __init__(self, cache, settings: str, content: str = ""):
         self.cache = cache
         self.settings = settings  # the runtime check's constants: a verdict under others is not reused
