@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import rewrite as rules_mod
@@ -20,44 +20,64 @@ from relay_eqsat.cost.inlining import fusion_cuts
 from .egraph import EGraph
 from .extract import get_extractor
 from .graph import TensorGraph
-from .options import OPTIMIZER_OPTIONS, OPTIONS, validate
+from .options import DEFAULTS, OPTIMIZER_OPTIONS, validate
 from .progress import ticking
 from relay_eqsat.rewrite.check import check_user_rules, load_user_rule_file
 from .rewrite import rules_for_target
 from .search import Limits, get_scheduler
+from .search.base import LIMIT_OPTIONS
 
 log = logging.getLogger("relay_eqsat")
 
 
-def _check_options(self) -> None:
-    """Validate every field through the options schema (``relay_eqsat.options``),
-    coercing strings ("5000" -> 5000); ValueError naming a bad one."""
-    for name, value in validate({f.name: getattr(self, f.name) for f in fields(self)}).items():
-        setattr(self, name, value)
+@dataclass
+class OptimizeOptions:
+    """Every knob of the optimizer, typed: the ``optimizer`` options of the one schema
+    (:mod:`relay_eqsat.options`, which declares each one's type, default, allowed values and help;
+    ``tests/test_optimize.py`` checks that these fields are exactly those, with the same defaults),
+    validated and coerced on construction ("5000" -> 5000; ValueError naming a bad value). The
+    search's limits are :attr:`limits`, made here and nowhere else."""
 
+    search: str = DEFAULTS["search"]
+    extractor: str = DEFAULTS["extractor"]
+    final_extractor: str = DEFAULTS["final_extractor"]
+    cost: Any = DEFAULTS["cost"]                  # a kind name, or a CostModel
+    target: str | None = DEFAULTS["target"]       # None: the host
+    node_limit: int = DEFAULTS["node_limit"]
+    iter_limit: int = DEFAULTS["iter_limit"]
+    k_multi: int = DEFAULTS["k_multi"]
+    budget: int = DEFAULTS["budget"]
+    max_sim_steps: int = DEFAULTS["max_sim_steps"]
+    patience: int = DEFAULTS["patience"]
+    time_limit: float = DEFAULTS["time_limit"]
+    extract_time_limit: float = DEFAULTS["extract_time_limit"]
+    seed: int = DEFAULTS["seed"]
+    rules: Any = DEFAULTS["rules"]                # a rule set's name, a rule file, or a list of Rule
+    fast_math: bool = DEFAULTS["fast_math"]
+    cycle_filter: str = DEFAULTS["cycle_filter"]
 
-def _options_from_mapping(cls, options: Mapping[str, Any] | None) -> "OptimizeOptions":
-    """Options from a dict (None values: the defaults); unknown keys raise ValueError naming them."""
-    options = dict(options or {})
-    unknown = [k for k in options if k not in OPTIMIZER_OPTIONS]
-    if unknown:
-        raise ValueError(f"unknown optimizer options {unknown}; known: {list(OPTIMIZER_OPTIONS)}")
-    return cls(**{k: v for k, v in options.items() if v is not None})
+    def __post_init__(self) -> None:
+        self.check()
 
+    def check(self) -> None:
+        """Validate every field through the options schema, coercing strings; ValueError naming
+        a bad one."""
+        for name, value in validate({f.name: getattr(self, f.name) for f in fields(self)}).items():
+            setattr(self, name, value)
 
-#: Every knob of the optimizer: the ``optimizer`` options of the schema
-#: (``relay_eqsat.options``), with its defaults; validated on construction.
-OptimizeOptions = make_dataclass(
-    "OptimizeOptions", [(name, Any, field(default=OPTIONS[name].default)) for name in OPTIMIZER_OPTIONS],
-    namespace={
-        "__module__": __name__,
-        "__doc__": "Every knob of the optimizer (see ``relay_eqsat.options`` for the pass's others).\n\n"
-                   + "\n".join(f"    {n:<20} {OPTIONS[n].help} (default {OPTIONS[n].default!r})"
-                               for n in OPTIMIZER_OPTIONS),
-        "__post_init__": _check_options,
-        "check": _check_options,
-        "from_mapping": classmethod(_options_from_mapping),
-    })
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any] | None) -> "OptimizeOptions":
+        """Options from a dict (None values: the defaults); unknown keys raise ValueError naming them."""
+        options = dict(options or {})
+        unknown = [k for k in options if k not in OPTIMIZER_OPTIONS]
+        if unknown:
+            raise ValueError(f"unknown optimizer options {unknown}; known: {list(OPTIMIZER_OPTIONS)}")
+        return cls(**{k: v for k, v in options.items() if v is not None})
+
+    @property
+    def limits(self) -> Limits:
+        """The search's limits (node, iteration and time limits, ``k_multi``, the cycle filter)."""
+        return Limits(**{name: getattr(self, name) for name in LIMIT_OPTIONS})
 
 
 @dataclass
@@ -275,8 +295,7 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
 
     egraph = EGraph()
     root = egraph.add_graph(graph)
-    limits = Limits(node_limit=opts.node_limit, iter_limit=opts.iter_limit, time_limit=opts.time_limit,
-                    k_multi=opts.k_multi, cycle_filter=opts.cycle_filter)
+    limits = opts.limits
     ts = time.perf_counter()
     scheduler = get_scheduler(opts.search, opts, root=root)  # None: no search
     srep = None if scheduler is None else scheduler.run(egraph, rules, limits, cost_model.node_cost)

@@ -136,3 +136,22 @@ def test_optimize_graph_imports_no_tvm():
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_optimize_options_are_the_schemas_optimizer_options():
+    """OptimizeOptions declares its fields typed, in the schema's order and with its defaults; the
+    search's limits come from it, and a bad value is an error naming it."""
+    import dataclasses
+
+    from relay_eqsat.options import DEFAULTS, OPTIMIZER_OPTIONS
+    from relay_eqsat.pipeline import OptimizeOptions
+    from relay_eqsat.search.base import LIMIT_OPTIONS, Limits
+
+    fields = dataclasses.fields(OptimizeOptions)
+    assert tuple(f.name for f in fields) == OPTIMIZER_OPTIONS
+    assert {f.name: f.default for f in fields} == {n: DEFAULTS[n] for n in OPTIMIZER_OPTIONS}
+    opts = OptimizeOptions(node_limit="123", time_limit=4, cycle_filter="vanilla")
+    assert opts.limits == Limits(node_limit=123, time_limit=4.0, cycle_filter="vanilla")
+    assert set(LIMIT_OPTIONS) <= set(OPTIMIZER_OPTIONS)
+    with pytest.raises(ValueError, match="node_limit"):
+        OptimizeOptions(node_limit=0)

@@ -55,7 +55,7 @@ cdef class EGraphApply(EGraphMatch):
         return changed or self.n_canon != before_classes
 
     def apply_matches_planned(self, list matches, dict plans, object make_plan, int nroots, tuple cls_pos,
-                              tuple other_pos, tuple rhs_pos, object cycle, Py_ssize_t node_limit=-1,
+                              tuple other_pos, tuple rhs_pos, object cycle, object node_limit=None,
                               Py_ssize_t cache_size=500000, set used=None):
         """Apply a rule at each flat match; returns (fired, filtered).
 
@@ -73,7 +73,7 @@ cdef class EGraphApply(EGraphMatch):
         side can observe. A plan is None (a precondition fails or a new node
         does not type-check: skipped) or False (its outputs' types differ from
         the roots' classes: skipped and counted in ``type_mismatches``).
-        Stops at ``node_limit`` nodes (-1: none). ``fired`` counts
+        Stops at ``node_limit`` nodes (None: no limit). ``fired`` counts
         applications that changed the e-graph. ``used`` (a set, or None):
         non-overlapping application -- a match is skipped (not counted) when
         one of its roots is in ``used``, and an application that changed the
@@ -81,6 +81,7 @@ cdef class EGraphApply(EGraphMatch):
         """
         cdef Py_ssize_t fired = 0, filtered = 0, i, j, r, ncls = len(cls_pos), nout = len(rhs_pos)
         cdef Py_ssize_t noth = len(other_pos), nd, nkey = noth + 2 * ncls, npos, nm = len(matches), mi
+        cdef Py_ssize_t limit = -1 if node_limit is None else node_limit  # -1: none, inside this loop only
         cdef tuple m, pos
         cdef int32_t c, root, v
         cdef bint bad
@@ -101,7 +102,7 @@ cdef class EGraphApply(EGraphMatch):
             ipos_oth[i] = other_pos[i]
         for mi in range(nm):
             m = matches[mi]
-            if node_limit >= 0 and self.n_alive >= node_limit:
+            if limit >= 0 and self.n_alive >= limit:
                 break
             if used is not None:
                 bad = False

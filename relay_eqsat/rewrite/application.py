@@ -181,5 +181,5 @@ def apply_search_matches(egraph, rule: Rule, matches: Sequence[list[tuple]] | No
             return consts[h - PLACEHOLDER] if h >= PLACEHOLDER else class_const(h)
         return application_plan(rule, raw, type_of, const_of)
     return egraph.apply_matches_planned(flat, rule.flat_plans, make_plan, k, cls_pos, other_pos, rhs_pos, cycle,
-                                        -1 if node_limit is None else node_limit, _PLAN_CACHE_SIZE,
+                                        node_limit, _PLAN_CACHE_SIZE,
                                         set() if disjoint else None)
