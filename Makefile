@@ -5,7 +5,7 @@ PYTHON310 ?= $(shell for p in python3.10 $$HOME/.pyenv/versions/3.10*/bin/python
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-PYX := $(wildcard relay_eqsat/*/*.pyx relay_eqsat/*/*.pxd)
+PYX := $(wildcard relay_eqsat/*/*.pyx relay_eqsat/*/*.pxd relay_eqsat/*/*.pxi)
 # the pure-Python modules setup.py compiles (COMPILED_PY) are among these
 PY_COMPILED := $(wildcard relay_eqsat/types.py relay_eqsat/ops/*.py relay_eqsat/rewrite/*.py)
 EXT_STAMP := $(VENV)/.ext-built

@@ -384,7 +384,7 @@ def test_interrupted_maxsat_reports_a_lower_bound():
 
 
 def test_hint_is_complete_when_the_greedy_choice_is_dominated():
-    from relay_eqsat.extract.ilp import warm_nodes
+    from relay_eqsat.extract.warm import warm_nodes
     from relay_eqsat.extract import Solution
 
     p = problem({"r": [(2.0, ["a", "b"]), (2.0, ["b", "a"])], "a": [(1.0, [])], "b": [(1.0, [])]}, ["r"])

@@ -50,10 +50,10 @@ import numpy as np
 
 from .components import PartResult, Split, pack, solve_parts, split
 from .cycles import acyclic_groups, cyclic_components, cycle_basis, find_cycle_in_choice, simple_cycles
-from .merge_greedy import greedy_merge
-from .presolve import Reduced, integer_weights, reduce_problem, rounding_slack, tie_break_weights
+from .presolve import Reduced, integer_weights, rounding_slack, tie_break_weights
 from .problem import ExtractionProblem, Solution
 from .validity import ExtractionError, solution_cost, validate_solution
+from .warm import WARM, dearer_than_warm, prepare, warm_nodes, warm_solution
 
 SOLVERS = ("cp-sat", "scip")
 CYCLE_MODES = ("auto", "all", "basis", "lazy")
@@ -428,55 +428,6 @@ def _ilp_part(problem: ExtractionProblem, solver: str, threads: int, tie_break: 
         chosen = {n for n, v in enc.x.items() if values(v) > 0.5} if has else None
         return PartResult(chosen, optimal, enc.cost_bound(bound), status)
     return solve
-
-
-#: the greedy extractor every exact one starts from (its solution is the hint, and the result when
-#: the solver has nothing better in the time limit)
-WARM = "greedy-merge"
-#: a solver's solution counts as dearer than the warm start's when its real cost is higher by more than
-#: this share (float sums of equal costs in another order differ in the last digits)
-WARM_TIE = 1e-12
-
-
-def dearer_than_warm(cost: float, warm: Solution) -> bool:
-    """Whether a solver's solution of real cost ``cost`` is dearer than the warm start: also when
-    the solver calls it optimal, which it is for its rounded integer weights (CP-SAT) or within its
-    relative gap (SCIP), not always in real costs (SqueezeNet's 2,000-e-node e-graph: 1.1e-6 dearer
-    than greedy-merge's)."""
-    return warm.cost < cost - WARM_TIE * abs(cost)
-
-
-def warm_solution(warm: Solution, status: str, bound: float | None, **fields) -> Solution:
-    """The warm start as the result (not optimal), with the solver's lower ``bound`` (None: none)
-    capped by its cost and ``fields`` (solve_time, encode_time, info)."""
-    return Solution(choice=warm.choice, cost=warm.cost, optimal=False, status=status,
-                    bound=None if bound is None else min(bound, warm.cost), **fields)
-
-
-def prepare(problem, roots):
-    """What every exact extractor starts from: (start time, roots, the reduced problem,
-    the warm start: the merge-aware greedy's solution, never dearer than OCF greedy's)."""
-    started = time.perf_counter()
-    roots = list(problem.roots) if roots is None else [int(r) for r in roots]
-    red = reduce_problem(problem, roots)
-    warm = greedy_merge(problem, roots)
-    return started, roots, red, warm
-
-
-def warm_nodes(problem: ExtractionProblem, red: Reduced, warm: Solution) -> set[int]:
-    """The warm start's chosen nodes, each dominated one (no variable, see presolve.undominated)
-    replaced by a node of its class that dominates it, so the hint is a complete solution."""
-    cost = problem.node_cost
-    chosen = set()
-    for c, n in warm.choice.items():
-        nodes = red.class_nodes.get(c)
-        if nodes is None or n in red.child_sets:
-            chosen.add(n)
-            continue
-        mine = set(problem.node_children[n])
-        chosen.add(min((m for m in nodes if cost[m] <= cost[n] and set(red.child_sets[m]) <= mine),
-                       key=lambda m: (cost[m], m), default=n))
-    return chosen
 
 
 def _hint_nodes(enc: Encoding, warm: Solution) -> dict[int, float]:

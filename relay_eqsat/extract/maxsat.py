@@ -41,8 +41,9 @@ from typing import Iterable
 
 from .components import PartResult, split
 from .cycles import find_cycle_in_choice
-from .ilp import (DEFAULT_MAX_CYCLES, WARM, Encoding, choice_from_values, dearer_than_warm, encode_cycles,
-                  enumerate_cycles, enumeration_deadline, prepare, solve_split, warm_solution)
+from .ilp import (DEFAULT_MAX_CYCLES, Encoding, choice_from_values, encode_cycles, enumerate_cycles,
+                  enumeration_deadline, solve_split)
+from .warm import WARM, dearer_than_warm, prepare, warm_solution
 from .problem import ExtractionProblem, Solution
 from .validity import ExtractionError, solution_cost, validate_solution
 

@@ -37,7 +37,8 @@ import numpy as np
 
 from relay_eqsat import ops
 from relay_eqsat.extract import EXTRACTORS
-from .motifs import CHOICE_RANGE, CHOICES, EXCLUDED_OPS, MOTIF_FUNCS, MOTIF_WEIGHTS, MOTIFS, Choices, GraphBuilder
+from .builder import Choices, GraphBuilder
+from .motifs import CHOICE_RANGE, CHOICES, EXCLUDED_OPS, MOTIF_FUNCS, MOTIF_WEIGHTS, MOTIFS
 from relay_eqsat.graph import TensorGraph
 from relay_eqsat.pipeline import optimize_graph, resolve_cost
 from relay_eqsat.search import SCHEDULERS
