@@ -10,12 +10,12 @@ bench/results/conv_widen_z4/first_conv_measurements.log).
 """
 import numpy as np, tvm
 from tvm import relay
-from relay_eqsat.passes.relay import from_relay
+from relay_eqsat.passes.relay.frontend import from_relay
 from relay_eqsat.cost.instance import instances_from_graph
 from relay_eqsat.cost.measure import Measurer
 from relay_eqsat.cost.calibrate import CALIBRATION_CONFIG as cfg
-from relay_eqsat.passes.kernels import TVMRunner
-from relay_eqsat.passes.runtime import time_module, layout_transform_seconds, node_times
+from relay_eqsat.passes.runtime.kernels import TVMRunner
+from relay_eqsat.passes.runtime.timing import time_module, layout_transform_seconds, node_times
 tgt = "llvm -mtriple=x86_64-linux-gnu -mcpu=znver4"
 def net(pw):
     x = relay.var("x", shape=(1,3,224,224))

@@ -42,9 +42,9 @@ for wd in (False, True):
     print("widen" if wd else "plain", np.median(res[wd]))
 print("ratio", np.median(np.array(res[True])/np.array(res[False])))
 
-from relay_eqsat.passes.relay import from_relay as relay_to_graph
+from relay_eqsat.passes.relay.frontend import from_relay as relay_to_graph
 from relay_eqsat.cost import make_cost_model
-from relay_eqsat.cost.base import standalone_elementwise
+from relay_eqsat.cost.fusion import standalone_elementwise
 cm = make_cost_model("auto", target=tgt)
 for wd in (False, True):
     mod = relay.transform.InferType()(net(wd))

@@ -9,11 +9,12 @@ on the Zen 4 was logged to bench/results/nasrnn_merges/ab_paired.log).
     TVM_NUM_THREADS=1 .venv/bin/python bench/analysis/nasrnn_merges_ab.py
 """
 import statistics, tvm
-from relay_eqsat.passes.eqsat_pass import EqSatPass, bind_params
-from relay_eqsat.passes.cli import load_model
-from relay_eqsat.passes.runtime import build, executor, set_inputs, time_module, random_inputs
-from relay_eqsat.passes.target import host_target
-from relay_eqsat.optimize import resolve_rules
+from relay_eqsat.passes.relay.eqsat_pass import EqSatPass, bind_params
+from relay_eqsat.passes.cli.optimize import load_model
+from relay_eqsat.passes.runtime.build import build, executor, set_inputs, random_inputs
+from relay_eqsat.passes.runtime.timing import time_module
+from relay_eqsat.passes.runtime.target import host_target
+from relay_eqsat.pipeline import resolve_rules
 mod, params = load_model("zoo:nasrnn")
 m0 = bind_params(mod, params) if params else mod
 drop = {"dense-merge", "dense-bias-merge", "dense-bias-merge-3"}

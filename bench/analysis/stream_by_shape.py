@@ -9,8 +9,9 @@ bench/results/nasrnn_merges/stream_by_shape.log).
 import statistics, sys
 import numpy as np, tvm
 from relay_eqsat.graph import TensorGraph, Attrs, TensorType
-from relay_eqsat.passes.relay import to_relay
-from relay_eqsat.passes.runtime import build, executor, set_inputs, time_module
+from relay_eqsat.passes.relay.backend import to_relay
+from relay_eqsat.passes.runtime.build import build, executor, set_inputs
+from relay_eqsat.passes.runtime.timing import time_module
 T = "llvm -mtriple=x86_64-linux-gnu -mcpu=znver4"
 rng = np.random.default_rng(0)
 def load(N, K, L, chain):
