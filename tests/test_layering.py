@@ -184,35 +184,14 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan's algorithm)."""
-    index, low, stack, on, out = {}, {}, [], set(), []
+    """The strongly connected components of more than one module (the extractors' own Tarjan,
+    ``relay_eqsat.extract.cycles``, over the modules numbered in name order)."""
+    from relay_eqsat.extract.cycles import strongly_connected_components
 
-    def connect(v):
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in sorted(graph[v]):
-            if w not in index:
-                connect(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
-    for v in sorted(graph):
-        if v not in index:
-            connect(v)
-    return out
+    names = sorted(graph)
+    number = {n: k for k, n in enumerate(names)}
+    succ = [sorted(number[m] for m in graph[n]) for n in names]
+    return sorted(sorted(names[k] for k in comp) for comp in strongly_connected_components(succ) if len(comp) > 1)
 
 
 def test_cycles_finds_a_cycle_through_function_level_imports(tmp_path):
