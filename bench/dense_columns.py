@@ -106,12 +106,13 @@ def main(argv=None) -> int:
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
 
     from relay_eqsat.cost.cache import CostCache
-    from relay_eqsat.cost.measure import MeasureConfig, Measurer
+    from relay_eqsat.cost.measure import MeasureConfig
+    from relay_eqsat.cost.pool import MeasurePool
     from relay_eqsat.cost.simd import simd_lanes
 
     with tempfile.TemporaryDirectory() as tmp:
         cache = CostCache(args.db or Path(tmp) / "columns.sqlite")
-        measurer = Measurer(None, None, MeasureConfig(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms), cache)
+        measurer = MeasurePool(None, None, MeasureConfig(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms), cache)
         with measurer:
             res = measurer.measure_many([dense_instance(*s) for s in shapes])
         cache.close()

@@ -10,6 +10,8 @@ the JSON files the folder has:
   cost_accuracy.json   the cost model's whole-graph error and single-rule pair ranking
                        (bench/cost_accuracy.py)
   mcts_vs_tensat.json  MCTS against TENSAT's schedule under 2,000 e-nodes (bench/mcts_vs_tensat.py)
+  rpc_measure.json     kernels measured by local workers and RPC devices, the runtime check over RPC
+                       and the pass's first run (bench/rpc_measure.py)
 
 Each summary holds the machine (CPU, core count, target, threads, as the run's JSON records them; a
 JSON that does not name the CPU takes the name another JSON of the same folder records), the date
@@ -51,10 +53,11 @@ README = ROOT / "README.md"
 USAGE_MD = ROOT / "docs" / "usage.md"
 
 #: the tables, in the order docs/results.md shows them; the first is the README's
-TABLES = ("real_models", "zoo", "cost_accuracy", "mcts_vs_tensat")
+TABLES = ("real_models", "zoo", "cost_accuracy", "mcts_vs_tensat", "rpc_measure")
 #: the run folder's JSON each table is summarized from
 SOURCE = {"real_models": "real_models.json", "zoo": "real_models.json",
-          "cost_accuracy": "cost_accuracy.json", "mcts_vs_tensat": "mcts_vs_tensat.json"}
+          "cost_accuracy": "cost_accuracy.json", "mcts_vs_tensat": "mcts_vs_tensat.json",
+          "rpc_measure": "rpc_measure.json"}
 #: the transformers' exports (bench/export_onnx.py's TRANSFORMERS), for a row whose JSON does not list
 #: its inputs; every other ONNX model of the set is torchvision's
 TRANSFORMERS = ("bert", "distilbert", "gpt2", "roberta", "opt", "t5_encoder", "llama_small")
@@ -222,8 +225,31 @@ def summarize_mcts(d: Mapping, header: Mapping) -> dict[str, dict]:
                                          for g in d.get("goals") or []]}}
 
 
+def summarize_rpc_measure(d: Mapping, header: Mapping) -> dict[str, dict]:
+    keep = {"throughput": ("model", "config", "kernels", "measured", "failed", "seconds", "kernels_per_s",
+                           "speedup_vs_local1", "vs_local1_median", "vs_local1_p90"),
+            "verdicts": ("model", "predicted_speedup", "same_verdict", "note"),
+            "first_run": ("model", "config", "pass_s", "calibration_s", "kernels_measured", "search_s", "extract_s",
+                          "check_s", "tvm_build_s", "pass_over_build", "changed", "measured_speedup", "error")}
+    out: dict[str, Any] = {"table": "rpc_measure", **header}
+    for part, fields in keep.items():
+        rows = []
+        for r in d.get(part) or []:
+            row = {k: r.get(k) for k in fields if k in r}
+            for where in ("local", "rpc"):
+                if isinstance(r.get(where), Mapping):
+                    row[where] = {k: r[where].get(k) for k in ("kept", "measured_speedup", "runtime_wins")}
+            rows.append(row)
+        if rows:
+            out[part] = rows
+    if not any(part in out for part in keep):
+        return {}
+    out["goals"] = [{k: g.get(k) for k in ("goal", "met", "detail")} for g in d.get("goals") or []]
+    return {"rpc_measure": out}
+
+
 SUMMARIZERS = {"real_models.json": summarize_real_models, "cost_accuracy.json": summarize_cost_accuracy,
-               "mcts_vs_tensat.json": summarize_mcts}
+               "mcts_vs_tensat.json": summarize_mcts, "rpc_measure.json": summarize_rpc_measure}
 
 
 def latest_run(results: Path = RESULTS) -> Path | None:
@@ -433,6 +459,50 @@ def mcts_block(s: Mapping) -> str:
     return "\n".join(out)
 
 
+def rpc_measure_block(s: Mapping) -> str:
+    out = header_lines(s)
+    if s.get("throughput"):
+        out += ["", "Kernels per second, each configuration from an empty cost database (*localN*: `--jobs N`; "
+                "*rpcN*: N `tvm.exec.rpc_server` on this machine under one tracker key); *vs local1*: each "
+                "kernel's time against `local1`'s, median and 90th percentile of |ratio - 1|.", "",
+                "| model | config | kernels | failed | seconds | kernels/s | × local1 | vs local1 median | "
+                "vs local1 p90 |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in s["throughput"]:
+            pct = [f"{r[k] * 100:.1f}%" if r.get(k) is not None else "–" for k in ("vs_local1_median", "vs_local1_p90")]
+            out.append(f"| {r['model']} | {r['config']} | {r.get('measured')} | {r.get('failed')} | "
+                       f"{seconds(r.get('seconds'))} | {sig(r.get('kernels_per_s'))} | "
+                       f"{ratio(r.get('speedup_vs_local1'))} | {pct[0]} | {pct[1]} |")
+    if s.get("verdicts"):
+        out += ["", "The runtime check's verdict on the pass's candidate, here and over RPC (the same two programs "
+                "uploaded to the server and timed there):", "",
+                "| model | predicted | here: kept, speedup, wins | over RPC: kept, speedup, wins |",
+                "| --- | --- | --- | --- |"]
+        for r in s["verdicts"]:
+            cells = []
+            for where in ("local", "rpc"):
+                v = r.get(where) or {}
+                cells.append(f"{'kept' if v.get('kept') else 'input kept'}, {times(v.get('measured_speedup'))}, "
+                             f"{v.get('runtime_wins')}" if v else (r.get("note") or "–"))
+            out.append(f"| {r['model']} | {times(r.get('predicted_speedup'))} | {cells[0]} | {cells[1]} |")
+    if s.get("first_run"):
+        out += ["", "The pass's first run on a CPU without shipped data (`relay-eqsat optimize`, empty cost "
+                "database), seconds, against TVM's own build of the model:", "",
+                "| model | config | pass | calibration (kernels) | search | extraction | runtime check | "
+                "TVM build | pass / build | result |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in s["first_run"]:
+            if r.get("error"):
+                out.append(f"| {r['model']} | {r['config']} | failed | | | | | | | |")
+                continue
+            result = f"{times(r.get('measured_speedup'))}" if r.get("changed") else "input kept"
+            out.append(f"| {r['model']} | {r['config']} | {seconds(r.get('pass_s'))} | "
+                       f"{seconds(r.get('calibration_s'))} ({r.get('kernels_measured')}) | {seconds(r.get('search_s'))} | "
+                       f"{seconds(r.get('extract_s'))} | {seconds(r.get('check_s'))} | {seconds(r.get('tvm_build_s'))} | "
+                       f"{ratio(r.get('pass_over_build'), 1)} | {result} |")
+    out.append("")
+    out += _goals(s)
+    return "\n".join(out)
+
+
 SECTIONS = {
     "real_models": ("Real models against TVM opt_level 3",
                     "Models written by their libraries' authors (torchvision, transformers), exported to ONNX "
@@ -457,6 +527,11 @@ SECTIONS = {
                        "setting), the final extraction ILP-ACyc; *reference*: TENSAT under 100 times the "
                        "node limit, what any schedule of the rules could reach.",
                        mcts_block),
+    "rpc_measure": ("Measuring on this machine's cores and on RPC devices",
+                    "Calibration's kernels measured by local workers and by TVM RPC servers, the runtime check "
+                    "over RPC, and what the pass's first run costs where a CPU has no shipped data "
+                    "(`bench/rpc_measure.py`; what it means: [measuring](measuring.md)).",
+                    rpc_measure_block),
 }
 
 

@@ -27,6 +27,7 @@ _EXPORTS = {
     "EqSatPass": "relay_eqsat.passes.relay.eqsat_pass",
     "optimize": "relay_eqsat.passes.relay.eqsat_pass",
     "EqSatVerificationError": "relay_eqsat.passes.runtime.decision",
+    "RemoteUnavailable": "relay_eqsat.passes.runtime.remote",
     "eqsat_config": "relay_eqsat.passes.relay.config",
     "UnsupportedProgram": "relay_eqsat.passes.relay.frontend",
     "from_relay": "relay_eqsat.passes.relay.frontend",

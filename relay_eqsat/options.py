@@ -144,16 +144,25 @@ _OPTIONS: list[Option] = [
            choices=CYCLE_FILTERS),
     Option("verify", bool, False, "build and run the input and the result with TVM on random inputs and raise "
            "if their outputs differ", scope="pass"),
-    Option("check_runtime", str, "auto", "build and time the input and the result on this machine, keep the "
-           "result only if measured faster (auto: when the target runs here)", choices=SWITCH, switch=True,
+    Option("check_runtime", str, "auto", "build and time the input and the result on this machine (or on the "
+           "RPC device of rpc_tracker/rpc_key), keep the result only if measured faster (auto: when the target runs "
+           "here or there is a device)", choices=SWITCH, switch=True,
            scope="pass"),
-    Option("calibrate", str, "auto", "measure on this machine the kernels of the input and of the candidate "
-           "that no shipped or cached measurement covers (auto: when the target runs here)",
+    Option("calibrate", str, "auto", "measure on this machine (or on the RPC devices) the kernels of the input and "
+           "of the candidate that no shipped or cached measurement covers (auto: when the target runs here or there "
+           "is a device)",
            choices=SWITCH, switch=True, scope="pass"),
     Option("calibrate_time_limit", float, 300.0, "seconds of kernel measurement per run (calibrate)", low=0,
            scope="pass"),
     Option("check_time_limit", float, 120.0, "seconds of runtime timing per run (check_runtime)", low=0,
            scope="pass"),
+    Option("rpc_tracker", str, None, "the TVM RPC tracker (host:port) whose devices measure calibration's kernels "
+           "and run the runtime check (as tvmc's --rpc-tracker); with rpc_key", nullable=True, scope="pass"),
+    Option("rpc_key", str, None, "the key the devices are registered under at the RPC tracker (as tvmc's "
+           "--rpc-key)", nullable=True, scope="pass"),
+    Option("jobs", int, None, "kernels measured at once on this machine: they build in parallel and take turns "
+           "to time (None: 1, see docs/measuring.md); with rpc_tracker every free device measures at once",
+           low=0, nullable=True, scope="pass"),
     Option("min_gain", float, None, "predicted speedup margin required when the runtime is not measured, "
            "e.g. 0.1 = 10%; None: the cost model's calibrated error for the target", low=0,
            low_inclusive=True, nullable=True, scope="pass"),
@@ -168,6 +177,17 @@ OPTIMIZER_OPTIONS: tuple[str, ...] = tuple(o.name for o in _OPTIONS if o.scope =
 
 #: name -> extra check run on a coerced value (e.g. TVM parsing ``target``); see :func:`set_hook`
 _HOOKS: dict[str, Callable[[Any], Any]] = {}
+
+
+def _check_address(value: str) -> str:
+    """An ``rpc_tracker`` value is host:port (the core's own check, not a hook of the TVM side)."""
+    from .cost.tracker import parse_address
+
+    parse_address(value)
+    return value.strip()
+
+
+_HOOKS["rpc_tracker"] = _check_address
 
 
 def set_hook(name: str, check: Callable[[Any], Any] | None) -> None:

@@ -188,12 +188,13 @@ def resolve_rules(rules: Any, trust: bool = False) -> list:
     raise ValueError(f"rules must be a rule-set name, a .rules path or a list of rules, not {rules!r}")
 
 
-def resolve_cost(cost: Any, target: str | None = None):
-    """A CostModel from a kind name, or the model itself."""
+def resolve_cost(cost: Any, target: str | None = None, device: str = "", remote=None, jobs: int | None = None):
+    """A CostModel from a kind name (of ``target`` on ``device``, measuring through ``remote`` with
+    ``jobs``: see `CostModel`), or the model itself."""
     if isinstance(cost, CostModel):
         return cost
     if isinstance(cost, str):
-        return make_cost_model(cost, target=target)
+        return make_cost_model(cost, target=target, device=device, remote=remote, jobs=jobs)
     if callable(getattr(cost, "node_cost", None)) and callable(getattr(cost, "graph_cost", None)):
         return cost
     raise ValueError(f"cost must be a kind name or a CostModel, not {cost!r}")

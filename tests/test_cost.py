@@ -22,6 +22,7 @@ from relay_eqsat.cost.fusion import extra_read_share, standalone_elementwise
 from relay_eqsat.cost.instance import attrs_from_str, attrs_to_str
 from relay_eqsat.cost.learned import FEATURE_NAMES, LearnedCostModel, feature_matrix, features
 from relay_eqsat.cost.measure import BackendUnavailable, MeasureConfig, Measurer, select_backend
+from relay_eqsat.cost.pool import MeasurePool
 from relay_eqsat.graph import Attrs, TensorGraph, TensorType, TupleType
 
 TARGET = "llvm -mtriple=x86_64-linux-gnu -mcpu=core-avx2"
@@ -131,15 +132,20 @@ def _measurer(hook, timeout=3.0, cache=None):
     return Measurer(TARGET, "tvm-llvm", MeasureConfig(timeout_s=timeout, startup_s=0.0), cache=cache, hook=hook)
 
 
+def _pool(hook, timeout=3.0, cache=None):
+    return MeasurePool(TARGET, "tvm-llvm", MeasureConfig(timeout_s=timeout, startup_s=0.0), cache=cache, hook=hook,
+                       jobs=1)
+
+
 def test_worker_hang_is_killed_and_batch_goes_on(tmp_path):
     cache = CostCache(tmp_path / "c.sqlite")
-    with _measurer(functools.partial(time.sleep, 600), timeout=1.0, cache=cache) as m:
+    with _pool(functools.partial(time.sleep, 600), timeout=1.0, cache=cache) as m:
         results = m.measure_many([add(2, 3), add(3, 4)])  # each 600 s hang ends at the 1 s timeout
     assert [r.ok for r in results] == [False, False]
     assert all("timeout" in r.error for r in results)
     assert "timeout" in cache.get_failure(add(2, 3), TARGET, "tvm-llvm")
     # recorded failures are skipped, not retried, unless asked
-    with _measurer(functools.partial(time.sleep, 600), timeout=1.0, cache=cache) as m:
+    with _pool(functools.partial(time.sleep, 600), timeout=1.0, cache=cache) as m:
         again = m.measure_many([add(2, 3)])
     assert again[0].cached and not again[0].ok
 
@@ -198,12 +204,12 @@ def test_a_batch_norm_alone_is_measured_and_an_older_harness_failure_tried_again
     with sqlite3.connect(tmp_path / "c.sqlite") as db:  # recorded before the harness changed
         db.execute("UPDATE failures SET timestamp=?", (measure.HARNESS_CHANGED - 1,))
     cache = CostCache(tmp_path / "c.sqlite")
-    with Measurer(TARGET, config=MeasureConfig(repeat=3, min_repeat_ms=1), cache=cache) as m:
+    with MeasurePool(TARGET, config=MeasureConfig(repeat=3, min_repeat_ms=1), cache=cache) as m:
         (r,) = m.measure_many([bn])
     assert r.ok and not r.cached and math.isfinite(r.seconds) and r.seconds > 0
     assert cache.get(bn, TARGET, "tvm-llvm").seconds == r.seconds
     cache.put_failure(add(2, 3), TARGET, "tvm-llvm", "boom")  # recorded now: skipped
-    with Measurer(TARGET, config=MeasureConfig(repeat=3, min_repeat_ms=1), cache=cache) as m:
+    with MeasurePool(TARGET, config=MeasureConfig(repeat=3, min_repeat_ms=1), cache=cache) as m:
         (again,) = m.measure_many([add(2, 3)])
     assert again.cached and again.error == "boom"
 
@@ -212,7 +218,7 @@ def test_a_batch_norm_alone_is_measured_and_an_older_harness_failure_tried_again
 def test_real_measurement_and_host_target(tmp_path, monkeypatch):
     pytest.importorskip("tvm")
     cache = CostCache(tmp_path / "c.sqlite")
-    with Measurer(TARGET, config=MeasureConfig(repeat=3, min_repeat_ms=1), cache=cache) as m:
+    with MeasurePool(TARGET, config=MeasureConfig(repeat=3, min_repeat_ms=1), cache=cache) as m:
         (r,) = m.measure_many([add(4, 16)])
         assert r.ok and r.seconds > 0 and r.repeats == 3 and r.backend == "tvm-llvm"
         assert cache.get(add(4, 16), TARGET, "tvm-llvm").seconds == r.seconds

@@ -10,7 +10,8 @@ from relay_eqsat.cost.cache import CostCache
 from relay_eqsat.cost.groups import fit_epilogue, fused_groups, group_anchor, group_graph
 from relay_eqsat.cost.instance import GROUP_OP
 from relay_eqsat.cost.learned import LearnedCostModel
-from relay_eqsat.cost.measure import MeasureConfig, Measurer
+from relay_eqsat.cost.measure import MeasureConfig
+from relay_eqsat.cost.pool import MeasurePool
 from relay_eqsat.graph import Attrs, TensorGraph, TensorType
 
 TARGET = "llvm -mtriple=x86_64-linux-gnu -mcpu=core-avx2"
@@ -176,7 +177,7 @@ def test_a_group_is_measured_against_its_anchor_in_one_job(tmp_path):
     g.set_output(y)
     (grp,) = fused_groups(g)
     cache = CostCache(tmp_path / "c.sqlite")
-    with Measurer(TARGET, config=MeasureConfig(repeat=5, min_repeat_ms=2), cache=cache) as m:
+    with MeasurePool(TARGET, config=MeasureConfig(repeat=5, min_repeat_ms=2), cache=cache) as m:
         (r,) = m.measure_many([grp])
     assert r.ok and r.repeats == 5, r.error
     assert np.isfinite(r.seconds)  # what the tanh add: a difference of paired timings, any sign

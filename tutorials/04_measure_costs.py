@@ -12,7 +12,7 @@ Steps:
 1. Collect the distinct kernel instances of a zoo model's graph
    (``instances_from_graph``); take only a handful here so the tutorial runs
    in well under a minute.
-2. Measure them with a ``Measurer`` for the target (a worker process builds
+2. Measure them with a ``MeasurePool`` for the target (a worker process builds
    and times each op; ``MeasureConfig`` sets repeats) and store them in a
    ``CostCache`` - a temporary database here; the default one lives in the
    user cache dir or ``$RELAY_EQSAT_COST_DB``. ``relay-eqsat measure`` does
@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 # TVM-free: relay_eqsat.cost imports no TVM (the TVM parts are imported in main)
-from relay_eqsat.cost import (CostCache, LearnedCostModel, MeasureConfig, Measurer, instances_from_graph,
+from relay_eqsat.cost import (CostCache, LearnedCostModel, MeasureConfig, MeasurePool, instances_from_graph,
                               make_cost_model)
 
 
@@ -71,7 +71,7 @@ def main():
         cache = CostCache(db)
         config = MeasureConfig(repeat=3, number=0, min_repeat_ms=2.0, warmup=1)
         t0 = time.perf_counter()
-        with Measurer(target=target, config=config, cache=cache) as measurer:
+        with MeasurePool(target=target, config=config, cache=cache) as measurer:
             results = measurer.measure_many(chosen, cache=cache)
         print(f"measured {sum(r.ok for r in results)}/{len(results)} in {time.perf_counter() - t0:.1f} s "
               f"({measurer.backend} backend); cache rows: {cache.count(target=measurer.target)}")

@@ -12,7 +12,7 @@ import numpy as np, tvm
 from tvm import relay
 from relay_eqsat.passes.relay.frontend import from_relay
 from relay_eqsat.cost.instance import instances_from_graph
-from relay_eqsat.cost.measure import Measurer
+from relay_eqsat.cost.pool import MeasurePool
 from relay_eqsat.cost.calibrate import CALIBRATION_CONFIG as cfg
 from relay_eqsat.passes.runtime.kernels import TVMRunner
 from relay_eqsat.passes.runtime.timing import time_module, layout_transform_seconds, node_times
@@ -28,7 +28,7 @@ for pw in (0, 2):
     insts += [i for i in instances_from_graph(g) if i.op == "nn.conv2d"]
 print([str(i.out_type) for i in insts])
 print("Measurer, four times (ms):")
-measurer = Measurer(tgt, None, cfg, None)
+measurer = MeasurePool(tgt, None, cfg, None)
 for r in range(4):
     res = measurer.measure_many(insts, progress=False)
     print(["%.4f" % (x.seconds*1e3) for x in res])

@@ -47,6 +47,8 @@ from relay_eqsat.cost.instance import GROUP_OP, instances_from_egraph, instances
 from relay_eqsat.cost import learned
 from relay_eqsat.cost.learned import LearnedCostModel, default_model_path, load_model, model_dir, model_filename
 from relay_eqsat.cost.measure import BackendUnavailable, MeasureConfig, Measurer
+from relay_eqsat.cost.pool import MeasurePool
+from relay_eqsat.cost.tracker import TrackerError, remote_from_options
 from relay_eqsat.cost.sweep import sweep_instances
 from relay_eqsat.cost.streams import probe_instances
 from relay_eqsat.cost.held_out import held_out
@@ -110,6 +112,13 @@ def register(subparsers) -> argparse.ArgumentParser:
                         "weights of their own (128 MiB in all) timed against one layer alone, what a model's "
                         "weights cost to read from memory (relay_eqsat.cost.streams)")
     p.add_argument("--db", default=None, help="cost database (default: $RELAY_EQSAT_COST_DB or the user cache)")
+    p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT",
+                   help="measure on the devices registered with this TVM RPC tracker (as tvmc's --rpc-tracker), "
+                        "every free one under --rpc-key at once; the rows are kept per device")
+    p.add_argument("--rpc-key", default=None, metavar="KEY", help="the devices' key at the RPC tracker")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="kernels measured at once on this machine: they build in parallel and take turns "
+                        "to time (default: 1; see docs/measuring.md)")
     p.add_argument("--repeat", type=int, default=7, help="timings per op; the median is kept")
     p.add_argument("--min-repeat-ms", type=float, default=20.0, help="least duration of one timing")
     p.add_argument("--timeout", type=float, default=180.0, help="seconds per op before the worker is killed")
@@ -208,12 +217,20 @@ def other_sizes(path: str | None, specs) -> dict[str, tuple]:
 def run(args: argparse.Namespace) -> int:
     cache = CostCache(args.db)
     config = MeasureConfig(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, timeout_s=args.timeout)
+    if args.jobs is not None and args.jobs < 1:
+        print(f"relay-eqsat measure: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)
+        return 2
     try:
+        remote = remote_from_options(args.rpc_tracker, args.rpc_key)
+        # local workers measure whole models (--fit-fusion) and the shipped data; the pool the kernels
         measurer = Measurer(args.target, args.backend, config, cache)
-    except BackendUnavailable as e:
+        pool = MeasurePool(measurer.target, measurer.backend, config, cache, jobs=args.jobs, remote=remote)
+    except (BackendUnavailable, TrackerError, ValueError) as e:
         print(f"relay-eqsat measure: {e}", file=sys.stderr)
         return 2
-    print(f"target {measurer.target}, backend {measurer.backend}, database {cache.path}")
+    device = pool.device or ""
+    print(f"target {measurer.target}, backend {measurer.backend}, database {cache.path}, measured on {pool.where()}"
+          + (f" ({device})" if device else ""))
 
     specs = [s.strip() for s in args.models.split(",") if s.strip()]
     sweeps = [(getattr(args, flag[2:].replace("-", "_")), flag, tier, what) for flag, tier, what, _ in SWEEP_FLAGS]
@@ -224,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
     if args.retrain_shipped:
         return retrain_shipped(args, measurer, specs)
     if args.fit_only:
-        return refit_only(args, measurer, cache, specs)
+        return refit_only(args, measurer, cache, specs, device=device)
     graphs = {}
     for spec in specs:
         graphs[spec] = _load_graph(spec, args.small)
@@ -251,16 +268,18 @@ def run(args: argparse.Namespace) -> int:
         instances = unique(instances + probes)
         print(f"with {len(probes)} weight-stream probes ({', '.join(str(p.input_types[1]) for p in probes)})")
     if args.limit is not None:
-        fresh = [i for i in instances if cache.get(i, measurer.target, measurer.backend) is None]
+        fresh = [i for i in instances if cache.get(i, measurer.target, measurer.backend, device=device) is None]
         instances = [i for i in instances if i not in set(fresh[args.limit:])]
     redo = sorted({o.strip() for o in args.remeasure.split(",") if o.strip()})
-    again = [r.instance for r in cache.rows(measurer.target, measurer.backend) if r.instance.op in redo]
-    with measurer:
+    again = [r.instance for r in cache.rows(measurer.target, measurer.backend, device=device) if r.instance.op in redo]
+    with measurer, pool:
         if redo:
-            redone = measurer.measure_many(again, skip_cached=False, retry_failed=True, desc="measure again")
+            redone = pool.measure_many(again, skip_cached=False, retry_failed=True, desc="measure again")
             print(f"measured again: {len(again)} rows of {', '.join(redo)}, "
                   f"{sum(1 for r in redone if not r.ok)} failed (their earlier rows kept)")
-        results = measurer.measure_many(instances, retry_failed=args.retry_failed)
+        results = pool.measure_many(instances, retry_failed=args.retry_failed)
+        for note in pool.notes:
+            print(f"  {note}")
         new = [r for r in results if not r.cached]
         failed = [r for r in results if not r.ok]
         print(f"{len(results)} kernels: {len(results) - len(new)} cached, {len(new)} measured now, "
@@ -271,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
         if args.whole_times:  # the models measured here, at this size
             whole = {k: t for k, (t, small) in read_whole_times(args.whole_times, args.small).items()
                      if small == args.small and k in graphs}
-        if args.fit_fusion and not whole:
+        if args.fit_fusion and not whole and remote is None:
             for spec, g in graphs.items():
                 with progress.ticking(f"timing {spec} whole"):
                     secs, err = measurer.measure_zoo_model(spec[4:], args.small)
@@ -281,32 +300,38 @@ def run(args: argparse.Namespace) -> int:
                     whole[spec] = secs
     if args.no_train:
         return 0
+    return train_and_save(args, cache, measurer.target, measurer.backend, graphs, whole, device=device)
+
+
+def train_and_save(args, cache, target: str, backend: str, graphs: dict, whole: dict, device: str = "") -> int:
+    """Train the learned model of (target, backend) on the cache's rows of ``device`` (``''``: this
+    machine), fit its fusion weights to the whole-model times ``whole`` (if any) and save it."""
     try:
         with progress.ticking("training the learned cost model"):
-            model, report = LearnedCostModel.train_from_cache(cache, measurer.target, measurer.backend)
+            model, report = LearnedCostModel.train_from_cache(cache, target, backend, device=device)
     except ValueError as e:
         print(f"relay-eqsat measure: {e}", file=sys.stderr)
         return 1
     print(f"learned model: {report}")
     if whole:
-        _fit_into(model, measurer.target, measurer.backend, graphs, whole,
-                  [(r.instance, r.seconds) for r in cache.rows(measurer.target, measurer.backend)],
-                  other_sizes(args.whole_times, whole))
-    return _save(model, args, measurer.backend, measurer.target, cache)
+        _fit_into(model, target, backend, graphs, whole,
+                  [(r.instance, r.seconds) for r in cache.rows(target, backend, device=device)],
+                  other_sizes(args.whole_times, whole), device=device)
+    return _save(model, args, backend, target, cache, device=device)
 
 
 def _fit_into(model, target: str, backend: str, graphs: dict, whole: dict, samples=None,
-              others: dict | None = None) -> None:
+              others: dict | None = None, device: str = "") -> None:
     """Fit the fusion weights of ``model`` (from the defaults) to the whole-model times and store them
     in its metadata. The kernel times are ``model``'s predictions, as a model nobody measured is
     costed and as `relay_eqsat.cost.held_out.held_out` fits. With the kernel measurements
     ``samples`` and three models or more, the
     error stored for the model (what a predicted gain must exceed) is the leave-one-model-out error:
     each model predicted without its kernels' measurements and runtime; ``others`` (`other_sizes`)
-    join those fits."""
+    join those fits. ``device``: the one ``model`` was trained for (``''``: this machine)."""
     with tempfile.TemporaryDirectory() as tmp:  # kind "learned" reads no measurement
         cm = CostModel("learned", target, backend, cache=CostCache(Path(tmp) / "empty.sqlite"), learned=model,
-                       fusion=FusionRule())
+                       fusion=FusionRule(), device=device)
         _fit_with(model, cm, graphs, whole, samples, others or {})
 
 
@@ -342,11 +367,13 @@ def _fit_with(model, cm, graphs: dict, whole: dict, samples, others: dict) -> No
     model.meta["whole_graph_error"] = round(err, 3)  # a relative error: three decimals say it all
 
 
-def refit_only(args, measurer, cache, specs) -> int:
-    """``--fit-only``: the existing model's fusion weights refitted, nothing measured or trained."""
-    model = load_model(measurer.target, measurer.backend)
+def refit_only(args, measurer, cache, specs, device: str = "") -> int:
+    """``--fit-only``: the existing model's fusion weights refitted, nothing measured or trained
+    (``device``: the model of that device, ``''`` this machine's)."""
+    model = load_model(measurer.target, measurer.backend, device)
     if model is None:
-        print(f"relay-eqsat measure: no learned model for {measurer.target} to refit", file=sys.stderr)
+        on = f" on device {device!r}" if device else ""
+        print(f"relay-eqsat measure: no learned model for {measurer.target}{on} to refit", file=sys.stderr)
         return 1
     if args.whole_times:  # each model at the size its runtime was measured at
         times = {k: v for k, v in read_whole_times(args.whole_times, args.small).items() if k in specs}
@@ -368,8 +395,9 @@ def refit_only(args, measurer, cache, specs) -> int:
         print("relay-eqsat measure: no whole-model times to fit to", file=sys.stderr)
         return 1
     _fit_into(model, measurer.target, measurer.backend, graphs, whole,
-              all_samples(cache, measurer.target, measurer.backend), other_sizes(args.whole_times, whole))
-    return _save(model, args, measurer.backend, measurer.target, cache)
+              all_samples(cache, measurer.target, measurer.backend, device), other_sizes(args.whole_times, whole),
+              device=device)
+    return _save(model, args, measurer.backend, measurer.target, cache, device=device)
 
 
 def retrain_shipped(args, measurer, specs) -> int:
@@ -427,7 +455,13 @@ def shipped_model_path(target: str, backend: str):
     return None
 
 
-def _save(model, args, backend: str, target: str, cache) -> int:
+def _save(model, args, backend: str, target: str, cache, device: str = "") -> int:
+    """Save ``model``: shipped with the package (``--ship``, ``--ship-default``: this machine's
+    measurements only), to ``--model-out``, else as the user's model of (target, backend, device)."""
+    if (args.ship or args.ship_default) and device:
+        print(f"relay-eqsat measure: only measurements of this machine ship with the package, not device "
+              f"{device!r}'s", file=sys.stderr)
+        return 2
     if args.ship or args.ship_default:
         # the package's model and measurements for this very target (CPU)
         model.meta["shipped"] = True
@@ -444,7 +478,7 @@ def _save(model, args, backend: str, target: str, cache) -> int:
     elif args.model_out:
         out = Path(args.model_out)
     else:
-        out = model_dir() / model_filename(target, backend)
+        out = model_dir() / model_filename(target, backend, device)
     model.save(out)
     print(f"saved {out}")
     return 0

@@ -44,7 +44,8 @@ DEFAULT_TIME_BUDGET = 20.0
 EXIT_CODES = """exit status:
   0  done (the optimized program, or the input kept, computes the original's outputs)
   1  the optimized program's outputs differ from the original's (nothing is written)
-  2  bad input: usage, an option's value, a model file that cannot be read, --input-shapes
+  2  bad input: usage, an option's value, a model file that cannot be read, --input-shapes, an RPC
+     tracker that does not answer or has no device under --rpc-key
   3  internal error (one line; run with -v for the traceback)
   130  interrupted (Ctrl-C)"""
 
@@ -211,6 +212,11 @@ def format_table(result: dict) -> str:
                      f"{rules_in_words(used, 8)}")
     elif rep.get("changed"):  # the input's nodes in relay-eqsat's form (TVM would copy the input's work)
         lines.append("result from:       no rewrite rule: the input's own nodes")
+    if result.get("not_measured"):
+        lines.append(f"measured:          no: {result['not_measured']}")
+    if result.get("measured_on"):
+        on = result["measured_on"]
+        lines.append(f"measured on:       {on['address']} ({on['device']})")
     if m:
         if not rep.get("changed"):
             lines.append("measured:          the input program was kept, so it was built and measured once")
@@ -286,6 +292,7 @@ def _run_optimize(args) -> int:
 
     from relay_eqsat.passes.relay.eqsat_pass import EqSatPass, bind_params
     from relay_eqsat.passes.runtime.build import reuse_builds
+    from relay_eqsat.passes.runtime.remote import RemoteUnavailable, check_remote
     from relay_eqsat.passes.runtime.target import host_target
 
     for name in ("repeat", "number"):
@@ -303,30 +310,38 @@ def _run_optimize(args) -> int:
     options["target"] = target
     try:
         eqsat = EqSatPass(**options)  # every option checked (the target too) before the model loads
+        # a tracker named must answer now, within its timeout (not after the model loads)
+        remote = check_remote(options.get("rpc_tracker"), options.get("rpc_key"))
         mod, params = load_model(args.model, args.small, args.batch, args.input_shapes)
-    except (ValueError, OSError) as e:  # ModelFileError and ShapesError are ValueErrors
+    except (ValueError, OSError, RemoteUnavailable) as e:  # ModelFileError and ShapesError are ValueErrors
         print(f"relay-eqsat optimize: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     mod = relay.transform.InferType()(mod)
     original = bind_params(mod, params) if params else mod
     # the programs the pass's runtime check builds are the ones measured below: built once
     with reuse_builds() as reuse:
-        return _optimize_and_measure(args, eqsat, original, target, reuse)
+        return _optimize_and_measure(args, eqsat, original, target, reuse, remote)
 
 
-def _optimize_and_measure(args, eqsat, original, target: str, reuse) -> int:
+def _optimize_and_measure(args, eqsat, original, target: str, reuse, remote=None) -> int:
     import warnings
 
     import numpy as np
     import tvm
 
-    from relay_eqsat.passes.runtime.build import build_and_run, output_error, random_inputs
+    from relay_eqsat.passes.runtime.build import build, build_and_run, output_error, random_inputs
+    from relay_eqsat.passes.runtime.remote import RemoteUnavailable, open_place
+    from relay_eqsat.passes.runtime.target import runs_here
     from relay_eqsat.passes.runtime.timing import time_within
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with tvm.transform.PassContext(opt_level=3):
-            optimized = eqsat(original)
+        try:
+            with tvm.transform.PassContext(opt_level=3):
+                optimized = eqsat(original)
+        except RemoteUnavailable as e:
+            print(f"relay-eqsat optimize: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     for w in caught:
         if "EqSatPass" in str(w.message):
             print(f"warning: {w.message}", file=sys.stderr)
@@ -337,11 +352,25 @@ def _optimize_and_measure(args, eqsat, original, target: str, reuse) -> int:
     result = {"model": args.model + (" (small)" if args.small else ""), "target": target, "rtol": args.rtol,
               "options": {k: v for k, v in (eqsat.last_options or {}).items()}, "report": report}
     status = EXIT_OK
-    if not args.no_measure:
+    if not args.no_measure and remote is None and not runs_here(target):
+        # cross-compiling with no device: both programs are built for the target, and not run
+        for what, mod in (("original", original), ("optimized", optimized)):
+            if what == "optimized" and optimized.same_as(original):
+                continue
+            t0 = time.perf_counter()
+            build(mod, target=target)
+            result.setdefault("built", {})[what] = time.perf_counter() - t0
+        result["not_measured"] = (f"cross-compiling for {target}: built, not run (no device here; "
+                                  "--rpc-tracker and --rpc-key name one)")
+    elif not args.no_measure:
         inputs = random_inputs(_input_types(original), seed=0)
+        place = open_place(remote, target) if remote is not None else None
+        if place is not None:
+            result["measured_on"] = {"key": remote.key, "tracker": remote.address, "device": place.device,
+                                     "address": place.where}
 
         def build_run(mod, what):
-            built = build_and_run(mod, inputs, target, what=what)
+            built = build_and_run(mod, inputs, target, what=what, place=place)
             log.info("built %s in %.1f s", what, built.build_s)
             return built
 

@@ -27,7 +27,9 @@ from .backend import to_relay
 from .config import resolve_options
 from .scale_guard import runtime_scaled_weights
 from .simplify_copies import copied_ops
+from relay_eqsat.cost.tracker import remote_from_options
 from relay_eqsat.passes.runtime.decision import RUNTIME_SETTINGS, judge, runtime_check
+from relay_eqsat.passes.runtime.remote import probe_device
 from relay_eqsat.passes.runtime.target import host_target
 from relay_eqsat.passes.runtime.verdicts import Verdicts, program_record
 
@@ -206,10 +208,15 @@ class EqSatPass:
         self.last_report = None
         try:
             opts = resolve_options(self.options, ctx)
+            remote_from_options(opts["rpc_tracker"], opts["rpc_key"])  # both or neither
         except (ValueError, TypeError) as e:
             warn(f"EqSatPass: bad option ({e}); module left unchanged")
             return mod
         self.last_options = opts
+        # a tracker named but down, or without a device under the key, is an error the user must see
+        # (RemoteUnavailable), not a quiet fallback to predictions: it fails within its timeout
+        remote = remote_from_options(opts["rpc_tracker"], opts["rpc_key"])
+        device = probe_device(remote, opts["target"] or host_target()) if remote is not None else ""
         if self.params:
             mod = bind_params(mod, self.params)
         t0 = time.perf_counter()
@@ -220,8 +227,8 @@ class EqSatPass:
             graph = from_relay(typed)
             signature = _signature(graph)
             target = opts["target"] or host_target()
-            cost_model = resolve_cost(opts["cost"], target)
-            judgement = judge(opts, cost_model)
+            cost_model = resolve_cost(opts["cost"], target, device=device, remote=remote, jobs=opts["jobs"])
+            judgement = judge(opts, cost_model, remote, device)
             verdicts = (Verdicts.of(cost_model, RUNTIME_SETTINGS, opts["rules"]) if judgement.check_runtime
                         else Verdicts(None, RUNTIME_SETTINGS))
             remembered = None if opts["verify"] else verdicts.rejected_input(typed, opts)
@@ -277,7 +284,9 @@ class EqSatPass:
                 if won is not None:
                     report["reason"] = f"{report.get('reason', 'measured faster')} (remembered from an earlier run)"
             else:
+                t_check = time.perf_counter()
                 chosen = runtime_check(typed, new_mod, opts, report, judgement, [m for m, _ in others])
+                report["check_seconds"] = time.perf_counter() - t_check
                 keep = chosen is not None
                 if chosen:  # one of calibration's other candidates measured fastest
                     mod_chosen, cand = others[chosen - 1]

@@ -61,6 +61,7 @@ from relay_eqsat.options import OPTIONS, argparse_kwargs, flag_name
 from .config import DEFAULT_OPTIONS
 from .eqsat_pass import EqSatPass, format_summary
 from relay_eqsat.passes.cli.model_file import ModelFileError, check_model_file, model_load_errors
+from relay_eqsat.passes.runtime.remote import RemoteUnavailable, check_remote
 from relay_eqsat.passes.runtime.target import host_target
 
 log = logging.getLogger(__name__)
@@ -171,10 +172,15 @@ def _wrap_compile(drive_compile):
         if getattr(args, "eqsat", False):
             eqsat_args_to_tvmc(args)
         try:
+            if getattr(args, "eqsat", False):  # a tracker named and down: said now, not after the model loads
+                try:
+                    check_remote(_FLAG_OPTIONS.get("rpc_tracker"), _FLAG_OPTIONS.get("rpc_key"))
+                except ValueError as e:  # one of the two flags without the other
+                    raise RemoteUnavailable(f"--eqsat-rpc-*: {e}") from None
             check_model_file(args.FILE)
             with model_load_errors():
                 status = drive_compile(args)
-        except ModelFileError as e:
+        except (ModelFileError, RemoteUnavailable) as e:
             print(f"relay-eqsat tvmc: {e}", file=sys.stderr)
             return 2
         finally:

@@ -105,10 +105,20 @@ def thread_count() -> int | None:
 
 def executor(lib, dev=None) -> graph_executor.GraphModule:
     """A graph executor on ``dev`` (default: the CPU) for a factory from :func:`build`
-    (a GraphModule is returned as it is)."""
+    (a GraphModule is returned as it is). The executor remembers its device
+    (:func:`module_device`), so that timers time it there."""
     if isinstance(lib, graph_executor.GraphModule):
         return lib
-    return graph_executor.GraphModule(lib["default"](dev if dev is not None else tvm.cpu(0)))
+    dev = dev if dev is not None else tvm.cpu(0)
+    m = graph_executor.GraphModule(lib["default"](dev))
+    m.relay_eqsat_device = dev
+    return m
+
+
+def module_device(m):
+    """The device a graph executor runs on (:func:`executor` and the remote places set it; the
+    CPU otherwise)."""
+    return getattr(m, "relay_eqsat_device", None) or tvm.cpu(0)
 
 
 def set_inputs(m: graph_executor.GraphModule, inputs: Mapping[str, np.ndarray]) -> None:
@@ -152,20 +162,21 @@ class Built(NamedTuple):
 
 
 def build_and_run(mod, inputs: Mapping[str, np.ndarray], target: str | None = None, opt_level: int = 3,
-                  sequence: Sequence = (), what: str = "the program") -> Built:
+                  sequence: Sequence = (), what: str = "the program", place=None) -> Built:
     """:func:`build` ``mod`` for ``target`` (default: the host) and run it once on
     ``inputs``. The build seconds include creating the executor: this TVM's LLVM module
     turns into machine code when the executor first looks up its kernels (11 s of
     DenseNet-121 on a Zen 1, whose runs take 0.3 s), so the first run is the program's
     own. Inside :func:`reuse_builds` a program built before is not built again and its build
     seconds are the first build's. Progress (``what`` names the program) shows while it builds
-    and runs."""
+    and runs. ``place`` (:mod:`.remote`): where it runs (default: here); a remote one has it
+    uploaded and loaded in the build's seconds."""
     reuse = _REUSE[-1] if _REUSE else None
     hits = reuse.hits if reuse is not None else 0
     t0 = time.perf_counter()
     with progress.ticking(f"building {what}"):
         lib = build(mod, target=target, opt_level=opt_level, sequence=sequence)
-        m = executor(lib)
+        m = executor(lib) if place is None else place.load(lib)
     t1 = time.perf_counter()
     build_s = t1 - t0
     if reuse is not None:

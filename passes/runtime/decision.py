@@ -25,6 +25,7 @@ from relay_eqsat.passes.relay.frontend import main_function
 from .timing import one_run_seconds, paired_ratio, plan_timing, round_seconds, time_rounds
 from .build import build_and_run, output_error, random_inputs
 from relay_eqsat.passes.runtime.target import host_target, runs_here
+from .remote import open_place
 
 
 #: with ``check_runtime``, the optimized program is kept only if its median
@@ -68,11 +69,12 @@ class EqSatVerificationError(RuntimeError):
 class Judgement:
     """How the pass decides whether to keep its result, for one run.
 
-    check_runtime  build and time both programs here (the target runs on this machine)
-    calibrate      measure the compared programs' kernels here first (no cost data for this CPU)
+    check_runtime  build and time both programs (on this machine, or on ``remote``'s device)
+    calibrate      measure the compared programs' kernels first (there, or here)
     min_gain       predicted gain required (0 when the runtime check decides; else the cost
                    model's calibrated error for the target, or the user's ``min_gain``)
     notes          why, in words (in the report as ``judged_by``)
+    remote         the RPC tracker and key whose device measures (None: this machine)
     """
 
     check_runtime: bool
@@ -80,18 +82,23 @@ class Judgement:
     min_gain: float
     fallback_gain: float
     notes: str
+    remote: Any = None
 
 
-def judge(opts: Mapping[str, Any], cost_model) -> Judgement:
+def judge(opts: Mapping[str, Any], cost_model, remote=None, device: str = "") -> Judgement:
     """Resolve ``check_runtime``, ``calibrate`` and ``min_gain`` (auto: from whether the target runs
-    on this machine and what the cost model rests on)."""
+    on this machine, or on a device of ``remote``'s RPC tracker, and what the cost model rests on).
+    ``device``: what that device reports of its CPU (named in the notes)."""
     target = opts.get("target") or host_target()
-    here = runs_here(target)
+    here = runs_here(target) or remote is not None
+    where = (f"the device under key {remote.key!r} at tracker {remote.address}"
+             + (f" ({device})" if device else "") if remote is not None else "this machine")
     check = {"on": True, "off": False, "auto": here}[opts["check_runtime"]]
     notes = []
     if check and not here:
         warn(f"EqSatPass: check_runtime needs a target that runs on this machine, not {target!r} "
-             "(cross-compiling); a predicted gain beyond the cost model's error decides instead")
+             "(cross-compiling; rpc_tracker and rpc_key name devices that run it); a predicted gain beyond "
+             "the cost model's error decides instead")
         check = False
     kind = getattr(cost_model, "kind", None)
     measurable = here and kind in ("auto", "measured")
@@ -103,17 +110,21 @@ def judge(opts: Mapping[str, Any], cost_model) -> Judgement:
     error = (cost_model.calibrated_error() if callable(getattr(cost_model, "calibrated_error", None))
              else FOREIGN_ERROR)
     fallback = float(opts["min_gain"]) if opts.get("min_gain") is not None else error
-    if calibrate:
-        notes.append("kernels measured on this machine")
+    if calibrate and check:
+        notes.append(f"kernels and runtime measured on {where}")
+    elif calibrate:
+        notes.append(f"kernels measured on {where}")
+    elif check:
+        notes.append(f"runtime measured on {where}")
     if check:
-        notes.append("runtime measured on this machine")
         gain = float(opts["min_gain"]) if opts.get("min_gain") is not None else 0.0
     else:
         gain = fallback
         notes.append(f"predicted gain over {gain:.0%} required"
                      + (" (the cost model's calibrated error for this target)" if opts.get("min_gain") is None
-                        else "") + ("; cross-compiling" if not here else "; runtime not measured"))
-    return Judgement(check, calibrate, gain, fallback, "; ".join(notes))
+                        else "") + (f"; cross-compiling for {target}, no device to measure on (rpc_tracker and "
+                                    "rpc_key name one)" if not here else "; runtime not measured"))
+    return Judgement(check, calibrate, gain, fallback, "; ".join(notes), remote if here else None)
 
 
 def _check_inputs(mod: tvm.IRModule, seed: int) -> dict[str, np.ndarray]:
@@ -136,7 +147,8 @@ def wins_needed(rounds: int, alpha: float = RUNTIME_ALPHA) -> int:
 
 def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rtol: float = 1e-4,
                     target: str | None = None, time_repeat: int = 0,
-                    time_limit: float | None = None, others: Sequence[tvm.IRModule] = ()) -> dict[str, Any]:
+                    time_limit: float | None = None, others: Sequence[tvm.IRModule] = (),
+                    place=None) -> dict[str, Any]:
     """Build both modules for ``target`` (default: the host), run them on the
     same random inputs and raise :class:`EqSatVerificationError` if an output
     differs by more than ``rtol * max|output|``. With ``time_repeat``,
@@ -151,12 +163,14 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
     as long as the rounds still fit with them (only when timing; ``others_untimed``: how many did
     not); then ``chosen`` is the index (0: ``after``, k: ``others[k - 1]``) of the one with the
     lowest median ratio, the figures above are its, and ``candidates`` holds every one's
-    (``ratio``, ``wins``, ``runtime``). ``max_error`` is the largest of theirs."""
+    (``ratio``, ``wins``, ``runtime``). ``max_error`` is the largest of theirs.
+
+    ``place`` (:mod:`.remote`): the device the programs run and are timed on (default: here)."""
     inputs = _check_inputs(before, seed)
-    m_before, ref, _, first_before = build_and_run(before, inputs, target)
+    m_before, ref, _, first_before = build_and_run(before, inputs, target, place=place)
 
     def built_and_checked(mod):
-        m, got, _, first = build_and_run(mod, inputs, target)
+        m, got, _, first = build_and_run(mod, inputs, target, place=place)
         err, why = output_error(ref, got)
         if why is not None:
             raise EqSatVerificationError(why)
@@ -225,18 +239,42 @@ def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, 
     timed = judgement.check_runtime
     others = others if timed else ()
     target = opts.get("target")
-    target = target if runs_here(target) else None
+    place = None
+    if judgement.remote is not None:  # both programs run on a device of the tracker, built for it
+        try:
+            place = open_place(judgement.remote, target)
+        except Exception as e:  # noqa: BLE001 - TrackerError: it answered when the pass began
+            warn(f"EqSatPass: no device for the runtime check ({e}); module left unchanged")
+            report.update(changed=False, reason=f"not judged: no device for the runtime check ({e}); input kept")
+            return None
+        report["judged_on"] = {"key": judgement.remote.key, "tracker": judgement.remote.address,
+                               "device": place.device, "address": place.where}
+        report["judged_by"] = f"{report.get('judged_by', '')}; programs timed on {place.where}".lstrip("; ")
+    elif not runs_here(target):
+        target = None  # outputs compared on the host
     try:
         res = compare_modules(before, after, seed=opts["seed"], target=target,
                               time_repeat=RUNTIME_REPEAT if timed else 0,
-                              time_limit=float(opts["check_time_limit"]), others=others)
+                              time_limit=float(opts["check_time_limit"]), others=others, place=place)
+        if place is not None:
+            place.close()  # the device goes back to the tracker
     except EqSatVerificationError as e:
+        if place is not None:
+            place.close()
         if opts.get("verify"):
             raise
         warn(f"EqSatPass: the optimized program computes different outputs ({e}); module left unchanged")
         report.update(changed=False, reason=f"rejected: outputs differ ({e})")
         return None
     except Exception as e:  # noqa: BLE001 - TVM failing to build either program
+        if place is not None and not place.alive():  # the device went away: nothing is judged on half a timing
+            warn(f"EqSatPass: {place.where} went away during the runtime check; module left unchanged")
+            report.update(changed=False, reason=f"not judged: the device ({place.where}) went away during the "
+                                                "runtime check; input kept")
+            place.close()
+            return None
+        if place is not None:
+            place.close()
         if opts.get("verify"):
             raise
         warn(f"EqSatPass: building for the runtime check failed ({type(e).__name__}: "

@@ -10,6 +10,8 @@ process (:mod:`relay_eqsat.passes.runtime.measure_worker`).
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import statistics
 import time
 
@@ -25,7 +27,8 @@ from relay_eqsat.graph import TensorGraph, TensorType
 
 from relay_eqsat.passes import zoo
 from relay_eqsat.passes.relay.backend import to_relay
-from .build import build, executor, set_inputs
+from .build import build, set_inputs
+from .remote import Place
 from .timing import debug_overhead, layout_transform_seconds, node_times, time_module
 from .torch_ops import torch_closure
 
@@ -123,10 +126,26 @@ class TVMRunner:
     between consecutive convolutions, so they are not the kernel's cost), each timed by the
     debug executor less that executor's own cost per kernel (:meth:`debug_overhead`)."""
 
-    def __init__(self, target: str, config: MeasureConfig):
+    def __init__(self, target: str, config: MeasureConfig, place: Place | None = None,
+                 timing_lock: str | None = None):
         self.target = target
         self.config = config
+        self.place = place or Place(target)
+        self.timing_lock = timing_lock
         self._overhead: float | None = None
+
+    @contextlib.contextmanager
+    def _timing(self):
+        """Hold the lock local workers share while one of them times (none without one)."""
+        if self.timing_lock is None:
+            yield
+            return
+        with open(self.timing_lock, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
     def __call__(self, inst: OpInstance) -> tuple[float, int]:
         if inst.op == GROUP_OP:
@@ -135,9 +154,15 @@ class TVMRunner:
             return self.stream(inst)
         cfg = self.config
         m, lib, inputs, dev = self._load(inst)
-        seconds, repeats = time_module(m, dev, cfg.repeat, cfg.number, cfg.min_repeat_ms, cfg.warmup)
-        layout = layout_transform_seconds(lib, dev, inputs, cfg.repeat, cfg.min_repeat_ms, self.debug_overhead)
+        with self._timing():
+            seconds, repeats = time_module(m, dev, cfg.repeat, cfg.number, cfg.min_repeat_ms, cfg.warmup)
+            layout = self._layout_seconds(lib, dev, inputs)
         return max(seconds - layout, seconds * 0.05), repeats
+
+    def _layout_seconds(self, lib, dev, inputs) -> float:
+        cfg = self.config
+        return layout_transform_seconds(lib, dev, inputs, cfg.repeat, cfg.min_repeat_ms, self.debug_overhead,
+                                        module=lambda: self.place.module(lib))
 
     def debug_overhead(self) -> float:
         """Seconds the debug executor's timing adds to each kernel here (`runtime.debug_overhead`),
@@ -149,7 +174,8 @@ class TVMRunner:
             cfg = self.config
             m, lib, inputs, dev = self._load(OVERHEAD_PROBE)
             whole = time_module(m, dev, cfg.repeat, 0, cfg.min_repeat_ms, cfg.warmup)[0]
-            times = node_times(lib, dev, inputs, 10, cfg.repeat, max(1, int(round(cfg.min_repeat_ms / 4))))
+            times = node_times(lib, dev, inputs, 10, cfg.repeat, max(1, int(round(cfg.min_repeat_ms / 4))),
+                               module=self.place.module(lib))
             self._overhead = debug_overhead(times, whole)
         return self._overhead
 
@@ -158,26 +184,26 @@ class TVMRunner:
         func, params, inputs = relay_function(inst)
         lib = build(func, params={k: tvm.nd.array(v) for k, v in params.items()}, target=self.target,
                     opt_level=self.config.opt_level)
-        dev = tvm.device(tvm.target.Target(self.target).kind.name, 0)
-        m = executor(lib, dev)
+        m = self.place.load(lib)
         set_inputs(m, inputs)
-        return m, lib, inputs, dev
+        return m, lib, inputs, self.place.dev
 
     def stream(self, inst: OpInstance) -> tuple[float, int]:
         """Seconds a layer of a stream probe (`relay_eqsat.cost.streams`) adds in its chain of
         distinct weights over the same dense layer timed alone (its weight cached): the chain per
         layer against the layer (`_paired`)."""
-        return self._paired(self._load(inst), self._load(probe_dense(inst)), per_first=int(inst.attrs["layers"]))
+        first, second = self._load(inst), self._load(probe_dense(inst))
+        with self._timing():
+            return self._paired(first, second, per_first=int(inst.attrs["layers"]))
 
     def epilogue(self, inst: OpInstance) -> tuple[float, int]:
         """Seconds a fused group's epilogue adds to its anchor: the group and the anchor alone
         built from the same operands, each less its layout transforms (`_paired`; may be slightly
         negative: timing noise)."""
-        cfg = self.config
         loaded = [self._load(inst), self._load(group_anchor(inst))]
-        layout = [layout_transform_seconds(lib, dev, inputs, cfg.repeat, cfg.min_repeat_ms, self.debug_overhead)
-                  for _, lib, inputs, dev in loaded]
-        return self._paired(*loaded, less=layout)
+        with self._timing():
+            layout = [self._layout_seconds(lib, dev, inputs) for _, lib, inputs, dev in loaded]
+            return self._paired(*loaded, less=layout)
 
     def _paired(self, first, second, per_first: int = 1, less=(0.0, 0.0)) -> tuple[float, int]:
         """(median, rounds) of ``(first's time − less[0]) / per_first − (second's time − less[1])``
@@ -237,16 +263,19 @@ class TorchRunner:
         return statistics.median(results), len(results)
 
 
-def make_runner(target: str, backend: str, config: MeasureConfig):
-    """The callable ``inst -> (seconds, timings)`` of ``backend``."""
+def make_runner(target: str, backend: str, config: MeasureConfig, place: Place | None = None,
+                timing_lock: str | None = None):
+    """The callable ``inst -> (seconds, timings)`` of ``backend`` (TVM's: on ``place``, timing
+    under ``timing_lock``)."""
     if backend in ("tvm-llvm", "tvm-cuda"):
-        return TVMRunner(target, config)
+        return TVMRunner(target, config, place, timing_lock)
     if backend == "torch-cuda":
         return TorchRunner(config)
     raise BackendUnavailable(f"unknown backend {backend!r}")
 
 
-def time_zoo_model(name: str, small: bool, target: str, config: MeasureConfig) -> tuple[float, int]:
+def time_zoo_model(name: str, small: bool, target: str, config: MeasureConfig,
+                   place: Place | None = None) -> tuple[float, int]:
     """Build a whole zoo model with TVM (weights bound) and time one inference.
 
     What is built is the program the cost model costs: the model's TensorGraph back in Relay.
@@ -258,8 +287,9 @@ def time_zoo_model(name: str, small: bool, target: str, config: MeasureConfig) -
 
     mod, params = zoo.get(name, small=small)
     lib = build(graph_to_module(from_relay(mod, params)), target=target, opt_level=config.opt_level)
-    dev = tvm.device(tvm.target.Target(target).kind.name, 0)
-    m = executor(lib, dev)
+    place = place or Place(target)
+    dev = place.dev
+    m = place.load(lib)
     rng = np.random.default_rng(0)
     for k, shape in zoo.input_shapes(name, small=small).items():
         m.set_input(k, rng.uniform(0.5, 1.5, size=shape).astype("float32"))

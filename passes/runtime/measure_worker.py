@@ -1,8 +1,9 @@
 """The measuring worker process of a ``Measurer``: ``python -m relay_eqsat.passes.runtime.measure_worker FD``.
 
 FD is this process's end of a socket pair; the first message on it is
-(target, backend, config, hook), answered ("ready",) once this module's imports
-(TVM) are done, then jobs as :func:`worker_main` reads them.
+(target, backend, config, hook, place), answered ("ready", {device, where}) once this module's
+imports (TVM) are done and, with ``place["remote"]``, a device is taken from the RPC tracker
+(("unavailable", why) when none can be), then jobs as :func:`worker_main` reads them.
 Started by module name (:data:`relay_eqsat.cost.measure.WORKER_MODULE`), so the
 parent's ``__main__`` script is never run again here (multiprocessing's spawn
 would import it). The probes the parent runs in a subprocess by name
@@ -20,6 +21,7 @@ from relay_eqsat.cost.instance import OpInstance
 from relay_eqsat.cost.measure import BackendUnavailable, MeasureConfig
 
 from .kernels import make_runner, time_zoo_model
+from .remote import Place, open_place
 from .target import host_target
 
 
@@ -51,15 +53,24 @@ def probe_backends() -> dict[str, str | None]:
     return out
 
 
-def worker_main(conn, target: str, backend: str, config: dict, hook) -> None:
+def worker_main(conn, target: str, backend: str, config: dict, hook, place: dict | None = None) -> None:
     """The worker loop.
 
     Jobs: ("op", op, attrs, shapes, dtype, out) measures one op instance;
     ("zoo", name, small) times a whole zoo model (TVM backends only).
-    Answers: ("ok", seconds, repeats) or ("error", text). None stops the loop.
+    Answers: ("ok", seconds, repeats), ("error", text), or ("lost", text) when the remote
+    device went away (the worker then ends). None stops the loop.
     """
     cfg = MeasureConfig(**config)
-    conn.send(("ready",))  # imports done: the parent's job timeouts start now
+    place = place or {}
+    try:
+        where: Place = open_place(place.get("remote"), target) if backend.startswith("tvm-") else Place()
+    except Exception as e:  # noqa: BLE001 - no tracker, no device: the parent says so
+        conn.send(("unavailable", str(e)))
+        return
+    # imports done (and the device taken): the parent's job timeouts start now
+    conn.send(("ready", {"device": where.device, "where": where.where}))
+    lock = place.get("timing_lock")
     runner = None
     while True:
         try:
@@ -74,16 +85,19 @@ def worker_main(conn, target: str, backend: str, config: dict, hook) -> None:
             if msg[0] == "op":
                 inst = OpInstance.from_key(*msg[1:])
                 if runner is None:
-                    runner = make_runner(target, backend, cfg)
+                    runner = make_runner(target, backend, cfg, where, lock)
                 seconds, repeats = runner(inst)
             elif msg[0] == "zoo":
                 if not backend.startswith("tvm-"):
                     raise BackendUnavailable(f"whole models are timed with TVM backends only, not {backend}")
-                seconds, repeats = time_zoo_model(msg[1], msg[2], target, cfg)
+                seconds, repeats = time_zoo_model(msg[1], msg[2], target, cfg, where)
             else:
                 raise ValueError(f"unknown job {msg[0]!r}")
             conn.send(("ok", float(seconds), int(repeats)))
         except Exception as e:  # noqa: BLE001 - every failure becomes an error result
+            if not where.alive():  # the device went away: not this kernel's failure
+                conn.send(("lost", f"{where.where} went away ({type(e).__name__})"))
+                return
             # the last line of a TVM error says what went wrong; the traceback follows it
             lines = [ln for ln in str(e).strip().splitlines() if ln.strip()] or [""]
             tb = "\n".join(traceback.format_exc().strip().splitlines()[-8:])

@@ -27,7 +27,7 @@ from tvm.contrib import graph_executor
 
 from relay_eqsat import progress
 
-from .build import build, executor, set_inputs
+from .build import build, executor, module_device, set_inputs
 
 
 
@@ -36,7 +36,7 @@ def timer(m: graph_executor.GraphModule, number: int = 1, repeat: int = 1, min_r
     """A zero-argument timer of ``m.run()`` on ``dev`` (default: the CPU) returning ``repeat``
     timings in seconds, each averaging ``number`` runs (or as many as fill ``min_repeat_ms``);
     TVM's ``time_evaluator`` does one untimed run first."""
-    f = m.module.time_evaluator("run", dev if dev is not None else tvm.cpu(0), number=number,
+    f = m.module.time_evaluator("run", dev if dev is not None else module_device(m), number=number,
                                 repeat=repeat, min_repeat_ms=min_repeat_ms)
     return lambda: [float(r) for r in f().results]
 
@@ -55,7 +55,7 @@ def time_module(m: graph_executor.GraphModule, dev=None, repeat: int = 7, number
     """(median seconds of ``m.run()``, timings taken): ``warmup`` untimed runs, then ``repeat``
     timings of ``number`` runs each, or (``number`` 0) of as many as last ``min_repeat_ms``.
     Non-finite timings raise RuntimeError."""
-    dev = dev if dev is not None else tvm.cpu(0)
+    dev = dev if dev is not None else module_device(m)
     for _ in range(warmup):
         m.run()
     dev.sync()
@@ -80,21 +80,34 @@ def _quiet_stderr():
 
 
 def node_times(lib, dev, inputs: Mapping[str, np.ndarray], number: int = 10, repeat: int = 7,
-               min_repeat_ms: int = 0) -> list[tuple[dict, float | None]]:
+               min_repeat_ms: int = 0, module=None) -> list[tuple[dict, float | None]]:
     """(graph JSON node, median seconds) for every node of the built ``lib``, in the graph's
     order, from TVM's debug executor: each kernel is timed on its own, ``repeat`` timings of
     ``number`` runs (or as many as fill ``min_repeat_ms``); None for nodes it did not time
-    (inputs, parameters). The debug executor's own logging on stderr is silenced."""
-    from tvm.contrib.debugger import debug_executor
-
+    (inputs, parameters). The debug executor's own logging on stderr is silenced. ``module``: the
+    runtime module of ``lib`` as loaded on ``dev`` (a remote device's), default ``lib.get_lib()``."""
     graph_json = lib.get_graph_json()
     nodes = json.loads(graph_json)["nodes"]
     with tempfile.TemporaryDirectory(prefix="relay-eqsat-debug-") as dump, _quiet_stderr():
-        m = debug_executor.create(graph_json, lib.get_lib(), dev, dump_root=dump)
+        m = _debug_executor(graph_json, module if module is not None else lib.get_lib(), dev, dump)
         m.set_input(**lib.get_params())
         set_inputs(m, inputs)
         per_node = m.run_individual(number, repeat=repeat, min_repeat_ms=min_repeat_ms)
     return [(n, float(np.median(times)) if len(times) else None) for n, times in zip(nodes, per_node)]
+
+
+def _debug_executor(graph_json: str, module, dev, dump_root: str):
+    """TVM's debug executor of ``module`` (a built library's, loaded on ``dev``), its parameters
+    left to the caller: ``debug_executor.create`` reads them from the module, which fails for a
+    module on a remote device (this TVM hands the remote's parameter map back as an opaque Object)."""
+    from tvm.contrib.debugger import debug_executor
+
+    devs, num_rpc, type_ids = graph_executor.get_device(module, dev)
+    if num_rpc == len(devs):
+        create = devs[0]._rpc_sess.get_function("tvm.graph_executor_debug.create")
+    else:
+        create = tvm.get_global_func("tvm.graph_executor_debug.create")
+    return debug_executor.GraphModuleDebug(create(graph_json, module, *type_ids), devs, graph_json, dump_root)
 
 
 def _is_layout_transform(node: dict) -> bool:
@@ -102,16 +115,19 @@ def _is_layout_transform(node: dict) -> bool:
 
 
 def layout_transform_seconds(lib, dev, inputs: Mapping[str, np.ndarray], repeat: int = 7,
-                             min_repeat_ms: float = 20.0, overhead: float | Callable[[], float] = 0.0) -> float:
+                             min_repeat_ms: float = 20.0, overhead: float | Callable[[], float] = 0.0,
+                             module: Callable[[], object] | None = None) -> float:
     """Seconds a run of the built ``lib`` spends in its ``layout_transform`` kernels, from the
     debug executor's per-node medians (:func:`node_times`: ``repeat`` timings, each at least a
     quarter of ``min_repeat_ms``), each less ``overhead`` (a figure, or a function giving it, called
     only where there are layout transforms): the debug executor's own cost per kernel timed
-    (:func:`debug_overhead`). 0 when it has none."""
+    (:func:`debug_overhead`). 0 when it has none. ``module``: gives the runtime module of ``lib``
+    loaded on ``dev`` (called only where there are layout transforms; :func:`node_times`)."""
     if not any(_is_layout_transform(n) for n in json.loads(lib.get_graph_json())["nodes"]):
         return 0.0
     over = overhead() if callable(overhead) else overhead
-    times = node_times(lib, dev, inputs, 10, repeat, max(1, int(round(min_repeat_ms / 4))))
+    times = node_times(lib, dev, inputs, 10, repeat, max(1, int(round(min_repeat_ms / 4))),
+                       module=module() if module is not None else None)
     return sum(max(0.0, t - over) for n, t in times if _is_layout_transform(n) and t is not None)
 
 
@@ -200,7 +216,7 @@ def wall_timer(m: graph_executor.GraphModule, number: int = 1, dev=None) -> Call
     """A zero-argument timer of ``m.run()`` by the wall clock: one timing, the mean of ``number``
     runs, with no untimed run first (unlike :func:`timer`): for programs slow enough that the
     clock's overhead is nothing and an extra run would cost as much as a timing."""
-    dev = dev if dev is not None else tvm.cpu(0)
+    dev = dev if dev is not None else module_device(m)
 
     def once() -> list[float]:
         dev.sync()

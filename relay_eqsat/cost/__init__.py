@@ -10,6 +10,8 @@
 Modules: ``base`` (CostModel, fusion rule, graph cost), ``fusion`` (what TVM fuses),
 ``fit`` (fusion weights fitted to runtimes), ``analytic`` (roofline),
 ``cache`` (sqlite), ``measure`` (the Measurer: kernels timed in a worker process),
+``pool`` (MeasurePool: several measurers, local or RPC devices, pulling from one queue),
+``tracker`` (asking a TVM RPC tracker for devices, in bounded time),
 ``learned`` (XGBoost), ``nearest`` (which shipped CPU's model serves a CPU with none),
 ``instance`` (op instances and cache keys), ``calibrate``,
 ``groups`` (fused groups measured whole), ``held_out`` (leave-one-model-out whole-graph error).
@@ -27,10 +29,13 @@ from .fusion import fusion_class
 from .instance import OpInstance, instances_from_graph
 from .learned import LearnedCostModel, TrainReport
 from .measure import BackendUnavailable, MeasureConfig, Measurer, MeasureResult
+from .pool import MeasurePool
+from .tracker import Remote, TrackerError
 
 __all__ = [
     "AnalyticModel", "BackendUnavailable", "CostCache", "CostModel", "FitReport", "FusionRule", "KINDS",
-    "LearnedCostModel", "MeasureConfig", "MeasureResult", "Measurer", "OpInstance", "TrainReport",
+    "LearnedCostModel", "MeasureConfig", "MeasurePool", "MeasureResult", "Measurer", "OpInstance", "Remote",
+    "TrackerError", "TrainReport",
     "default_db_path", "fit_fusion", "fusion_class", "instances_from_graph", "make_cost_model",
 ]
 
@@ -39,6 +44,7 @@ def make_cost_model(kind: str = "auto", target=None, db=None, **options) -> Cost
     """A CostModel of ``kind`` for ``target`` (default: the host CPU) reading the
     cost database ``db`` (default: ``$RELAY_EQSAT_COST_DB`` or the user cache).
 
-    ``options`` go to ``CostModel`` (backend, learned, analytic, fusion, measure_config).
+    ``options`` go to ``CostModel`` (backend, learned, analytic, fusion, measure_config, device,
+    remote, jobs).
     """
     return CostModel(kind=kind, target=target, cache=db, **options)

@@ -97,7 +97,8 @@ from .cache import CostCache, ignore_shipped, normalize_target, shipped_table
 from .fusion import epilogue_seconds, extra_read_share, fusion_class, is_conv, standalone_elementwise
 from .instance import OpInstance
 from .learned import LearnedCostModel, load_model
-from .measure import BackendUnavailable, Measurer, resolve_target, select_backend
+from .measure import BackendUnavailable, resolve_target, select_backend
+from .pool import MeasurePool
 from .streams import StreamPrice
 
 log = logging.getLogger(__name__)
@@ -165,19 +166,27 @@ class FitReport:
 
 
 class CostModel:
-    """Per-node and whole-graph costs in seconds for one target."""
+    """Per-node and whole-graph costs in seconds for one target (on one device)."""
 
     def __init__(self, kind: str = "auto", target=None, backend: str | None = None,
                  cache: CostCache | str | None = None, learned=None, analytic: AnalyticModel | None = None,
-                 fusion: FusionRule | None = None, measure_config=None):
+                 fusion: FusionRule | None = None, measure_config=None, device: str = "",
+                 remote=None, jobs: int | None = None):
         """``learned``: a LearnedCostModel, a model file path, None (find one) or False (none).
         ``cache``: a CostCache or a database path (None: the default database).
-        ``fusion``: the FusionRule; None: the one fitted with the learned model, else defaults."""
+        ``fusion``: the FusionRule; None: the one fitted with the learned model, else defaults.
+        ``device``: the device the costs are of (``''``: this machine; another, as the cache keys
+        it, reads only that device's measurements and model, never the shipped data).
+        ``remote`` (an RPC tracker and key) and ``jobs`` (parallel measurements, None: default):
+        where and how wide measurements are taken, kept for the measuring code."""
         if kind not in KINDS:
             raise ValueError(f"unknown cost model kind {kind!r} (one of {', '.join(KINDS)})")
         self.kind = kind
         self.fusion = fusion or FusionRule()
         self.measure_config = measure_config
+        self.device = str(device or "")
+        self.remote = remote
+        self.jobs = jobs
         self.cache: CostCache | None = None
         self.learned: LearnedCostModel | None = None
         self._measurer = None
@@ -200,9 +209,10 @@ class CostModel:
             elif learned is not None and learned is not False:
                 self.learned = LearnedCostModel.load(learned)
             elif learned is None:
-                self.learned = load_model(self.target, self.backend)
+                self.learned = load_model(self.target, self.backend, self.device)
             if kind == "learned" and self.learned is None:
-                raise ValueError(f"no learned cost model for target {self.target!r} (backend "
+                on = f" on device {self.device!r}" if self.device else ""
+                raise ValueError(f"no learned cost model for target {self.target!r}{on} (backend "
                                  f"{self.backend}); run `relay-eqsat measure --target ...` to train one")
         if fusion is None and self.learned is not None and self.learned.meta.get("fusion"):
             self.fusion = FusionRule(**self.learned.meta["fusion"])  # fitted with the model
@@ -216,7 +226,8 @@ class CostModel:
         rates = self.learned.meta.get("weight_rates") if self.learned is not None and kind != "analytic" else None
         self.weight_stream: StreamPrice | None = StreamPrice(rates) if rates else None
         if self.foreign_model and kind in ("auto", "learned"):
-            _warn_foreign(self.learned.meta.get("target"), self.target)
+            _warn_foreign(_on(self.learned.meta.get("target"), self.learned.meta.get("device", "")),
+                          _on(self.target, self.device))
         self.analytic = analytic or AnalyticModel.for_target(self.target)
         self.sources: Counter = Counter()  # where kernel times came from
         self._kernel: dict[tuple, float] = {}
@@ -230,14 +241,17 @@ class CostModel:
 
     def _lookup_table(self) -> dict[tuple, float]:
         if self._table is None:
-            # the user's own measurements over those shipped for this very CPU
-            self._table = {**shipped_table(self.target, self.backend),
-                           **(self.cache.lookup_table(self.target, self.backend) if self.cache else {})}
+            # the user's own measurements over those shipped for this very CPU (this machine's kind:
+            # another device has its own measurements only)
+            self._table = {**(shipped_table(self.target, self.backend) if not self.device else {}),
+                           **(self.cache.lookup_table(self.target, self.backend, device=self.device)
+                              if self.cache else {})}
         return self._table
 
     def _measure(self, inst: OpInstance) -> float | None:
-        if self._measurer is None:
-            self._measurer = Measurer(self.target, self.backend, self.measure_config, self.cache)
+        if self._measurer is None:  # one worker: here, or a device of the RPC tracker
+            self._measurer = MeasurePool(self.target, self.backend, self.measure_config, self.cache, jobs=1,
+                                         remote=self.remote, device=self.device or None)
         (res,) = self._measurer.measure_many([inst], progress=False) or [None]
         if res is not None and res.ok:
             if self._table is not None:
@@ -435,12 +449,12 @@ class CostModel:
     # -- what the costs rest on -------------------------------------------------------------
     @property
     def has_host_data(self) -> bool:
-        """Whether the kernel costs rest on data taken on this very target: measurements shipped
-        for it, or a learned model trained on it (a shipped one counts unless
-        ``$RELAY_EQSAT_IGNORE_SHIPPED`` hides the shipped data)."""
+        """Whether the kernel costs rest on data taken on this very target (and device): measurements
+        shipped for it (never for another device than this machine), or a learned model trained on
+        it (a shipped one counts unless ``$RELAY_EQSAT_IGNORE_SHIPPED`` hides the shipped data)."""
         if self.kind == "analytic" or self.target is None:
             return False
-        if shipped_table(self.target, self.backend):
+        if not self.device and shipped_table(self.target, self.backend):
             return True
         own = self.learned is not None and not self.foreign_model
         return own and not (ignore_shipped() and self.learned.meta.get("shipped"))
@@ -459,7 +473,8 @@ class CostModel:
         return float(err)
 
     def is_measured(self, inst: OpInstance) -> bool:
-        """Whether ``inst``'s kernel time comes from a measurement on this target (shipped or cached)."""
+        """Whether ``inst``'s kernel time comes from a measurement on this target and device (shipped
+        or cached)."""
         return self.kind != "learned" and self._cached(inst) is not None
 
     def add_measurements(self, seconds: dict[tuple, float]) -> None:
@@ -471,14 +486,21 @@ class CostModel:
 
     @property
     def foreign_model(self) -> bool:
-        """Whether the learned model was trained on another target (another CPU) than this one."""
+        """Whether the learned model was trained on another target (another CPU) or device than this one."""
         return (self.learned is not None and self.target is not None
-                and self.learned.meta.get("target") != normalize_target(self.target))
+                and (self.learned.meta.get("target") != normalize_target(self.target)
+                     or self.learned.meta.get("device", "") != self.device))
 
     def __repr__(self) -> str:
         learned = "no" if self.learned is None else repr(self.learned.meta.get("target"))
-        return (f"CostModel(kind={self.kind!r}, target={self.target!r}, backend={self.backend!r}, "
+        device = f", device={self.device!r}" if self.device else ""
+        return (f"CostModel(kind={self.kind!r}, target={self.target!r}{device}, backend={self.backend!r}, "
                 f"learned={learned}{' (another CPU)' if self.foreign_model else ''})")
+
+
+def _on(target: str | None, device: str) -> str | None:
+    """A target, with the device it is on when that is not this machine."""
+    return f"{target} on device {device!r}" if device and target else target
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,9 +1,14 @@
 """The persistent operator-cost cache: an sqlite database shared by every process.
 
-Rows are keyed by (op, canonical attrs, input shapes, dtype, target, backend)
-and hold the median seconds of a measurement, the number of timed repeats and
-when it was taken. Failed measurements (a build error, a crash, a timeout) go
-to a separate table so that a batch does not retry them forever.
+Rows are keyed by (op, canonical attrs, input shapes, dtype, target, backend,
+device) and hold the median seconds of a measurement, the number of timed
+repeats and when it was taken. ``device`` is ``''`` for a measurement taken on
+this machine, else an opaque name of the device it was taken on (what a remote
+reports of its CPU), so two boards with one target string keep their own rows.
+Failed measurements (a build error, a crash, a timeout) go to a separate table
+so that a batch does not retry them forever. A database of the older schema
+(no ``device`` column) is migrated on connect, its rows becoming device ``''``
+(read through temporary views that say so when the file cannot be written).
 
 The default location is ``<user cache dir>/relay-eqsat/costs.sqlite``
 (platformdirs), overridden by the ``path`` argument or the
@@ -22,6 +27,7 @@ and measurements will not be kept (``CostCache.error`` says why).
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import math
@@ -45,19 +51,27 @@ ENV_DB = "RELAY_EQSAT_COST_DB"
 ENV_IGNORE_SHIPPED = "RELAY_EQSAT_IGNORE_SHIPPED"
 APP_NAME = "relay-eqsat"
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS costs (
-    op TEXT NOT NULL, attrs TEXT NOT NULL, shapes TEXT NOT NULL, dtype TEXT NOT NULL,
-    target TEXT NOT NULL, backend TEXT NOT NULL,
-    out_type TEXT NOT NULL, seconds REAL NOT NULL, repeats INTEGER NOT NULL, timestamp REAL NOT NULL,
-    PRIMARY KEY (op, attrs, shapes, dtype, target, backend));
-CREATE TABLE IF NOT EXISTS failures (
-    op TEXT NOT NULL, attrs TEXT NOT NULL, shapes TEXT NOT NULL, dtype TEXT NOT NULL,
-    target TEXT NOT NULL, backend TEXT NOT NULL,
-    out_type TEXT NOT NULL, error TEXT NOT NULL, timestamp REAL NOT NULL,
-    PRIMARY KEY (op, attrs, shapes, dtype, target, backend));
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
+_KEY = ("op TEXT NOT NULL, attrs TEXT NOT NULL, shapes TEXT NOT NULL, dtype TEXT NOT NULL, "
+        "target TEXT NOT NULL, backend TEXT NOT NULL, device TEXT NOT NULL DEFAULT ''")
+_PRIMARY_KEY = "PRIMARY KEY (op, attrs, shapes, dtype, target, backend, device)"
+#: the columns of each table after the key (the key's are the same in both)
+_VALUES = {
+    "costs": "out_type TEXT NOT NULL, seconds REAL NOT NULL, repeats INTEGER NOT NULL, timestamp REAL NOT NULL",
+    "failures": "out_type TEXT NOT NULL, error TEXT NOT NULL, timestamp REAL NOT NULL",
+}
+_KEY_COLUMNS = ("op", "attrs", "shapes", "dtype", "target", "backend")  # without device: the older schema's
+_VALUE_COLUMNS = {"costs": ("out_type", "seconds", "repeats", "timestamp"),
+                  "failures": ("out_type", "error", "timestamp")}
+
+
+def _create_table(name: str, table: str, if_not_exists: bool = True) -> str:
+    """The ``CREATE TABLE`` statement of ``table`` (costs or failures) under the name ``name``."""
+    return (f"CREATE TABLE {'IF NOT EXISTS ' if if_not_exists else ''}{name} "
+            f"({_KEY}, {_VALUES[table]}, {_PRIMARY_KEY})")
+
+
+_SCHEMA = ";\n".join([_create_table("costs", "costs"), _create_table("failures", "failures"),
+                      "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"]) + ";"
 
 
 def cache_dir() -> Path:
@@ -89,7 +103,7 @@ def normalize_target(target) -> str:
 
 @dataclass(frozen=True)
 class CostRow:
-    """One cached measurement."""
+    """One cached measurement (``device``: ``''`` for this machine)."""
 
     instance: OpInstance
     target: str
@@ -97,10 +111,12 @@ class CostRow:
     seconds: float
     repeats: int
     timestamp: float
+    device: str = ""
 
 
-def _where(target: str | None, backend: str | None) -> tuple[str, tuple]:
-    """An SQL ``WHERE`` clause (or nothing) selecting one target and/or backend, and its parameters."""
+def _where(target: str | None, backend: str | None, device: str | None = None) -> tuple[str, tuple]:
+    """An SQL ``WHERE`` clause (or nothing) selecting one target, backend and/or device, and its
+    parameters (None: any)."""
     cond, params = [], []
     if target is not None:
         cond.append("target=?")
@@ -108,7 +124,46 @@ def _where(target: str | None, backend: str | None) -> tuple[str, tuple]:
     if backend is not None:
         cond.append("backend=?")
         params.append(backend)
+    if device is not None:
+        cond.append("device=?")
+        params.append(device)
     return (" WHERE " + " AND ".join(cond) if cond else ""), tuple(params)
+
+
+def _old_tables(conn: sqlite3.Connection) -> list[str]:
+    """The tables (costs, failures) of the file still of the schema without the ``device`` column."""
+    return [t for t in ("costs", "failures")
+            if "device" not in {row[1] for row in conn.execute(f"PRAGMA main.table_info({t})")}]
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Give the tables of an older database the ``device`` column (their rows: device ``''``), all
+    rebuilt (the primary key changes) in one immediate transaction, in their order; nothing when
+    already done."""
+    if not _old_tables(conn):
+        return
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        for t in _old_tables(conn):  # again, in the transaction: another process may have done it
+            cols = ", ".join(_KEY_COLUMNS + _VALUE_COLUMNS[t])
+            conn.execute(_create_table(f"{t}_new", t, if_not_exists=False))
+            conn.execute(f"INSERT INTO {t}_new ({cols}, device) SELECT {cols}, '' FROM main.{t} ORDER BY rowid")
+            conn.execute(f"DROP TABLE main.{t}")
+            conn.execute(f"ALTER TABLE {t}_new RENAME TO {t}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _old_tables_as_views(conn: sqlite3.Connection) -> None:
+    """Read an older database that cannot be migrated (cannot be written) through temporary views
+    that add ``device`` ``''`` to its rows (a temporary name shadows the file's table)."""
+    for t in _old_tables(conn):
+        cols = ", ".join(_KEY_COLUMNS + _VALUE_COLUMNS[t])
+        conn.execute(f"CREATE TEMP VIEW IF NOT EXISTS {t} AS SELECT rowid AS rowid, {cols}, '' AS device "
+                     f"FROM main.{t}")
 
 
 #: database paths already warned about (one warning per path and process)
@@ -160,6 +215,19 @@ class CostCache:
             self._unusable(e, readable=False)
             return None
         self._conn, self._pid = conn, os.getpid()
+        try:
+            self._retry(lambda: _migrate(conn))
+        except Exception as e:  # noqa: BLE001 - filtered by _storage_error
+            if not _storage_error(e):
+                raise
+            self._unusable(e, readable=True)  # an older file that cannot be written: read it as it is
+            try:
+                _old_tables_as_views(conn)
+            except Exception as e2:  # noqa: BLE001 - filtered by _storage_error
+                if not _storage_error(e2):
+                    raise
+                self._unusable(e2, readable=False)
+                return None
         return conn
 
     def _unusable(self, error: BaseException, readable: bool) -> None:
@@ -248,27 +316,29 @@ class CostCache:
         self.__init__(state["path"], state["timeout"])
 
     # -- costs ----------------------------------------------------------------
+    # ``device`` in each: ``''`` is this machine, else the device a measurement was taken on
     def put(self, inst: OpInstance, target: str, backend: str, seconds: float, repeats: int,
-            timestamp: float | None = None) -> None:
+            timestamp: float | None = None, device: str = "") -> None:
         """Store (or replace) a measurement; clears a recorded failure of the same key. A time must
         be positive, except a fused group's or a stream probe's (what an epilogue or a weight's stream
         adds: timing noise can make it slightly negative; `relay_eqsat.cost.groups`, `.streams`)."""
         if not (seconds > 0 or (inst.op in (GROUP_OP, STREAM_OP) and math.isfinite(seconds))):
             raise ValueError(f"a measured time must be positive, got {seconds}")
         target = normalize_target(target)
-        key = inst.key() + (target, backend)
+        key = inst.key() + (target, backend, str(device))
         ts = time.time() if timestamp is None else timestamp
-        self._write(("INSERT OR REPLACE INTO costs VALUES (?,?,?,?,?,?,?,?,?,?)",
+        self._write(("INSERT OR REPLACE INTO costs (op, attrs, shapes, dtype, target, backend, device, out_type, "
+                     "seconds, repeats, timestamp) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                      key + (inst.out_str, float(seconds), int(repeats), ts)),
                     ("DELETE FROM failures WHERE op=? AND attrs=? AND shapes=? AND dtype=? "
-                     "AND target=? AND backend=?", key))
+                     "AND target=? AND backend=? AND device=?", key))
 
-    def get(self, inst: OpInstance, target: str, backend: str | None = None) -> CostRow | None:
-        """The cached row for ``inst`` on ``target`` (any backend when ``backend`` is None)."""
+    def get(self, inst: OpInstance, target: str, backend: str | None = None, device: str = "") -> CostRow | None:
+        """The cached row for ``inst`` on ``target`` and ``device`` (any backend when ``backend`` is None)."""
         target = normalize_target(target)
         sql = ("SELECT backend, seconds, repeats, timestamp FROM costs WHERE op=? AND attrs=? "
-               "AND shapes=? AND dtype=? AND target=?")
-        params = inst.key() + (target,)
+               "AND shapes=? AND dtype=? AND target=? AND device=?")
+        params = inst.key() + (target, device)
         if backend is not None:
             sql += " AND backend=?"
             params += (backend,)
@@ -276,21 +346,22 @@ class CostCache:
         if not rows:
             return None
         b, s, r, ts = rows[0]
-        return CostRow(inst, target, b, s, r, ts)
+        return CostRow(inst, target, b, s, r, ts, device)
 
-    def rows(self, target: str | None = None, backend: str | None = None) -> Iterator[CostRow]:
-        """Every cached measurement, optionally of one target and/or backend."""
-        where, params = _where(target, backend)
-        sql = ("SELECT op, attrs, shapes, dtype, out_type, target, backend, seconds, repeats, timestamp FROM costs"
-               + where)
-        for op, a, sh, dt, out, t, b, s, r, ts in self._query(sql + " ORDER BY rowid", params):
-            yield CostRow(OpInstance.from_key(op, a, sh, dt, out), t, b, s, r, ts)
+    def rows(self, target: str | None = None, backend: str | None = None,
+             device: str | None = None) -> Iterator[CostRow]:
+        """Every cached measurement, optionally of one target, backend and/or device (None: any)."""
+        where, params = _where(target, backend, device)
+        sql = ("SELECT op, attrs, shapes, dtype, out_type, target, backend, seconds, repeats, timestamp, device "
+               "FROM costs" + where)
+        for op, a, sh, dt, out, t, b, s, r, ts, d in self._query(sql + " ORDER BY rowid", params):
+            yield CostRow(OpInstance.from_key(op, a, sh, dt, out), t, b, s, r, ts, d)
 
-    def lookup_table(self, target: str, backend: str | None = None) -> dict[tuple, float]:
-        """{instance key: seconds} for one target (and backend), for fast in-memory lookups."""
+    def lookup_table(self, target: str, backend: str | None = None, device: str = "") -> dict[tuple, float]:
+        """{instance key: seconds} for one target (and backend) on one device, for fast in-memory lookups."""
         table: dict[tuple, float] = {}
-        sql = "SELECT op, attrs, shapes, dtype, seconds FROM costs WHERE target=?"
-        params: tuple = (normalize_target(target),)
+        sql = "SELECT op, attrs, shapes, dtype, seconds FROM costs WHERE target=? AND device=?"
+        params: tuple = (normalize_target(target), device)
         if backend is not None:
             sql += " AND backend=?"
             params += (backend,)
@@ -298,28 +369,35 @@ class CostCache:
             table[(op, a, sh, dt)] = s
         return table
 
-    def export_rows(self, target: str, backend: str) -> dict:
-        """The measurements of (target, backend) as a JSON-able dict (see `shipped_table`)."""
-        rows = [[op, a, sh, dt, s] for (op, a, sh, dt), s in self.lookup_table(target, backend).items()]
-        return {"target": normalize_target(target), "backend": backend, "rows": rows}
+    def export_rows(self, target: str, backend: str, device: str = "") -> dict:
+        """The measurements of (target, backend) on ``device`` as a JSON-able dict (see `shipped_table`;
+        a ``device`` key only for another device than this machine)."""
+        rows = [[op, a, sh, dt, s] for (op, a, sh, dt), s in self.lookup_table(target, backend, device).items()]
+        out = {"target": normalize_target(target), "backend": backend, "rows": rows}
+        if device:
+            out["device"] = device
+        return out
 
-    def count(self, target: str | None = None, backend: str | None = None) -> int:
-        where, params = _where(target, backend)
+    def count(self, target: str | None = None, backend: str | None = None, device: str | None = None) -> int:
+        """How many measurements the cache holds, optionally of one target, backend and/or device."""
+        where, params = _where(target, backend, device)
         rows = self._query("SELECT COUNT(*) FROM costs" + where, params)
         return rows[0][0] if rows else 0
 
     # -- failures -------------------------------------------------------------
-    def put_failure(self, inst: OpInstance, target: str, backend: str, error: str) -> None:
-        key = inst.key() + (normalize_target(target), backend)
-        self._write(("INSERT OR REPLACE INTO failures VALUES (?,?,?,?,?,?,?,?,?)",
+    def put_failure(self, inst: OpInstance, target: str, backend: str, error: str, device: str = "") -> None:
+        key = inst.key() + (normalize_target(target), backend, str(device))
+        self._write(("INSERT OR REPLACE INTO failures (op, attrs, shapes, dtype, target, backend, device, "
+                     "out_type, error, timestamp) VALUES (?,?,?,?,?,?,?,?,?,?)",
                      key + (inst.out_str, str(error)[-4000:], time.time())))
 
-    def get_failure(self, inst: OpInstance, target: str, backend: str, since: float = 0.0) -> str | None:
-        """Why ``inst`` could not be measured, as recorded at ``since`` (a time.time()) or later;
-        None if no such failure is recorded."""
+    def get_failure(self, inst: OpInstance, target: str, backend: str, since: float = 0.0,
+                    device: str = "") -> str | None:
+        """Why ``inst`` could not be measured on ``device``, as recorded at ``since`` (a time.time())
+        or later; None if no such failure is recorded."""
         rows = self._query("SELECT error FROM failures WHERE op=? AND attrs=? AND shapes=? AND dtype=? "
-                           "AND target=? AND backend=? AND timestamp>=?",
-                           inst.key() + (normalize_target(target), backend, since))
+                           "AND target=? AND backend=? AND device=? AND timestamp>=?",
+                           inst.key() + (normalize_target(target), backend, device, since))
         return rows[0][0] if rows else None
 
     # -- small key/value store (e.g. the resolved host target) -----------------
@@ -342,6 +420,14 @@ def shipped_table_path(target: str, backend: str) -> Path:
 def target_slug(target: str) -> str:
     """The normalized target string as a file-name part."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", normalize_target(target)).strip("_")
+
+
+def device_slug(device: str) -> str:
+    """A device name as a file-name part: its characters sanitized as `target_slug`'s, then a short
+    hash of the exact name (two names that sanitize alike stay apart)."""
+    digest = hashlib.sha1(device.encode()).hexdigest()[:8]
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", device).strip("_")
+    return f"{slug}-{digest}" if slug else digest
 
 
 def ignore_shipped() -> bool:
@@ -379,11 +465,13 @@ def shipped_samples(target: str, backend: str) -> list[tuple[OpInstance, float]]
     return out
 
 
-def all_samples(cache: CostCache, target: str, backend: str) -> list[tuple[OpInstance, float]]:
-    """(instance, seconds) of every measurement of (target, backend): those shipped for it, and the
-    cache's own (which win where both measured a kernel)."""
-    rows = {} if ignore_shipped() else {i.key(): (i, s) for i, s in shipped_samples(target, backend)}
-    rows.update({r.instance.key(): (r.instance, r.seconds) for r in cache.rows(target, backend)})
+def all_samples(cache: CostCache, target: str, backend: str, device: str = "") -> list[tuple[OpInstance, float]]:
+    """(instance, seconds) of every measurement of (target, backend) on ``device``: on this machine
+    (``''``) those shipped for the target and the cache's own (which win where both measured a
+    kernel); on another device only the cache's rows of that device (the shipped data are this
+    machine kind's)."""
+    rows = {} if device or ignore_shipped() else {i.key(): (i, s) for i, s in shipped_samples(target, backend)}
+    rows.update({r.instance.key(): (r.instance, r.seconds) for r in cache.rows(target, backend, device=device)})
     return list(rows.values())
 
 

@@ -10,8 +10,9 @@ compared (the optimizer's input and its candidate), within a time limit, with
 a progress bar; every result goes to the sqlite cost database as it arrives
 (a later run on the same model finds them there and measures nothing) and
 into the cost model, so re-extraction and the keep-or-not decision rest on
-this CPU's numbers. Measuring runs in the ``Measurer``'s worker process: this
-module imports no TVM.
+this CPU's numbers. The kernels are measured by a ``MeasurePool``: on the devices of the
+cost model's RPC tracker and key (``cost_model.remote``) when it has one, else by local
+workers (``cost_model.jobs``); this module imports no TVM.
 """
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ from typing import Iterable
 
 from ..graph import TensorGraph
 from .instance import OpInstance, instances_from_graph, unique
-from .measure import BackendUnavailable, MeasureConfig, Measurer
+from .measure import BackendUnavailable, MeasureConfig
+from .pool import MeasurePool
+from .tracker import TrackerError
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,7 @@ class CalibrationReport:
 
     target: str = ""
     db: str = ""
+    where: str = ""        # where the kernels were measured (this machine, or the RPC devices)
     measured: int = 0      # kernels measured in this run
     reused: int = 0        # kernels found in the cost database (measured by an earlier run)
     failed: int = 0        # kernels that could not be built or timed alone (their cost stays predicted)
@@ -56,7 +60,9 @@ class CalibrationReport:
     def summary(self) -> str:
         if self.error:
             return f"kernels not measured ({self.error})"
-        text = f"{self.measured} kernels measured in {self.seconds:.1f} s, {self.reused} reused from earlier runs"
+        on = f" on {self.where}" if self.where and not self.where.startswith("this machine") else ""
+        text = (f"{self.measured} kernels measured{on} in {self.seconds:.1f} s, {self.reused} reused from "
+                "earlier runs")
         if self.failed:
             text += f", {self.failed} failed to build alone (predicted)"
         if self.unmeasured:
@@ -78,7 +84,7 @@ class Calibrator:
         self.report = CalibrationReport(target=str(cost_model.target), db=str(cache.path) if cache else "")
         self._attempted: set[tuple] = set()
         self._seen: set[tuple] = set()
-        self._measurer: Measurer | None = None
+        self._measurer: MeasurePool | None = None
 
     def pending(self, graphs: Iterable[TensorGraph]) -> list[OpInstance]:
         """The distinct kernels of ``graphs`` with neither a measured time nor a failed attempt
@@ -110,11 +116,14 @@ class Calibrator:
         t0 = time.perf_counter()
         try:
             if self._measurer is None:
-                self._measurer = Measurer(self.cost_model.target, self.cost_model.backend, self.config,
-                                          self.cost_model.cache)
+                model = self.cost_model
+                self._measurer = MeasurePool(model.target, model.backend, self.config, model.cache,
+                                             jobs=getattr(model, "jobs", None), remote=getattr(model, "remote", None),
+                                             device=getattr(model, "device", "") or None)
             results = self._measurer.measure_many(todo, progress=self.progress, deadline=self.deadline,
                                                   desc="measuring kernels")
-        except BackendUnavailable as e:
+            self.report.where = self._measurer.where()
+        except (BackendUnavailable, TrackerError) as e:
             self.report.error = str(e)
             return 0
         except BaseException:  # Ctrl-C: what was measured is in the database; the worker goes now

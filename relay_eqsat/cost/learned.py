@@ -28,7 +28,10 @@ dir>/relay-eqsat/models/<backend>__<target>.json`` for models trained here, and
 ``relay_eqsat/cost/data/`` for the ones shipped with the package
 (``default-<backend>.json`` serves any target of its backend when nothing
 closer exists: no model of this CPU, none of a shipped CPU with the same SIMD
-lanes, ``nearest``).
+lanes, ``nearest``). A model of another device than this machine (measured
+remotely, ``device`` as the cost cache keys it) is
+``<backend>__<target>__<device slug>.json`` in the same directory, trained on
+that device's rows only, and is the only model that device's costs use.
 """
 from __future__ import annotations
 
@@ -50,7 +53,7 @@ from .. import ops
 from ..graph import Attrs, TensorType, TupleType, Type
 from .analytic import AnalyticModel, op_flops_bytes
 from . import nearest
-from .cache import CostCache, cache_dir, ignore_shipped, normalize_target, target_slug
+from .cache import CostCache, cache_dir, device_slug, ignore_shipped, normalize_target, target_slug
 from .instance import GROUP_OP, STREAM_OP, OpInstance
 from .measure import target_backends
 from .streams import weight_rates
@@ -404,6 +407,11 @@ class LearnedCostModel:
         return self.meta["backend"]
 
     @property
+    def device(self) -> str:
+        """The device its measurements were taken on (``''``: not a remote device)."""
+        return self.meta.get("device", "")
+
+    @property
     def report(self) -> TrainReport | None:
         r = self.meta.get("report")
         return TrainReport(**r) if r else None
@@ -412,8 +420,10 @@ class LearnedCostModel:
     @classmethod
     def train(cls, samples: Sequence[tuple[OpInstance, float]], target: str, backend: str,
               holdout: float = 0.2, seed: int = 0, rounds: int = 400,
-              params: dict | None = None) -> tuple["LearnedCostModel", TrainReport]:
+              params: dict | None = None, device: str = "") -> tuple["LearnedCostModel", TrainReport]:
         """Fit on (instance, seconds) samples; report the error on a random ``holdout`` split.
+        ``device``: the device the samples were measured on (``''``: this machine; another is
+        kept in the metadata).
 
         The split is evaluated with a model fit on the rest; the returned model
         is then refit on every sample. Needs at least 10 samples for a split.
@@ -442,6 +452,8 @@ class LearnedCostModel:
         report = TrainReport(**rep)
         meta = dict(target=normalize_target(target), backend=backend, feature_version=FEATURE_VERSION,
                     n_features=len(FEATURE_NAMES), rounds=rounds, report=rep, baseline=BASELINE)
+        if device:
+            meta["device"] = device
         if rates is not None:
             meta["weight_rates"] = rates
         if groups:  # what each element-wise op adds to the kernel it fuses into
@@ -452,12 +464,13 @@ class LearnedCostModel:
         return cls(json.loads(model_json), meta), report
 
     @classmethod
-    def train_from_cache(cls, cache: CostCache, target: str, backend: str, **kw):
-        """Fit on every measurement the cache holds for (target, backend)."""
-        samples = [(r.instance, r.seconds) for r in cache.rows(target, backend)]
+    def train_from_cache(cls, cache: CostCache, target: str, backend: str, device: str = "", **kw):
+        """Fit on every measurement the cache holds for (target, backend) on ``device``."""
+        samples = [(r.instance, r.seconds) for r in cache.rows(target, backend, device=device)]
         if not samples:
-            raise ValueError(f"the cache {cache.path} has no measurements for {target!r} / {backend}")
-        return cls.train(samples, target, backend, **kw)
+            on = f" on device {device!r}" if device else ""
+            raise ValueError(f"the cache {cache.path} has no measurements for {target!r} / {backend}{on}")
+        return cls.train(samples, target, backend, device=device, **kw)
 
     # -- prediction -----------------------------------------------------------------
     def predict(self, instances: Sequence[OpInstance], target: str | None = None) -> np.ndarray:
@@ -512,7 +525,11 @@ def model_dir() -> Path:
     return Path(env).expanduser() if env else cache_dir() / "models"
 
 
-def model_filename(target: str, backend: str) -> str:
+def model_filename(target: str, backend: str, device: str = "") -> str:
+    """``<backend>__<target>.json``; for another device than this machine
+    ``<backend>__<target>__<device slug>.json`` (`cache.device_slug`)."""
+    if device:
+        return f"{backend}__{target_slug(target)}__{device_slug(device)}.json"
     return f"{backend}__{target_slug(target)}.json"
 
 
@@ -521,14 +538,19 @@ def default_model_path(backend: str) -> Path:
     return SHIPPED_DIR / f"default-{backend}.json"
 
 
-def _model_files(target: str, backend: str | None) -> Iterable[Path]:
+def _model_files(target: str, backend: str | None, device: str = "") -> Iterable[Path]:
     """Existing model files for (target, backend), best first, each once: trained here, shipped
     for this target, shipped for the nearest other CPU (:mod:`relay_eqsat.cost.nearest`: same
-    SIMD lanes, same vendor first), then the shipped default of the backend."""
+    SIMD lanes, same vendor first), then the shipped default of the backend. For another
+    ``device`` than this machine only the model trained here on that device's measurements."""
     backends = [backend] if backend else list(target_backends(target))
     seen: set[Path] = set()
 
     def candidates():
+        if device:
+            for b in backends:
+                yield model_dir() / model_filename(target, b, device)
+            return
         for b in backends:
             for d in (model_dir(),) if ignore_shipped() else (model_dir(), SHIPPED_DIR):
                 yield d / model_filename(target, b)
@@ -567,16 +589,18 @@ def shipped_model_targets(directory: Path, backend: str) -> dict[str, Path]:
     return out
 
 
-def find_model(target: str, backend: str | None) -> Path | None:
+def find_model(target: str, backend: str | None, device: str = "") -> Path | None:
     """The best model file for (target, backend), in :func:`_model_files`' order: trained here,
-    shipped for this target, shipped for the nearest other CPU, then the backend's default."""
-    return next(iter(_model_files(target, backend)), None)
+    shipped for this target, shipped for the nearest other CPU, then the backend's default (for
+    another ``device``: its own model trained here, or None)."""
+    return next(iter(_model_files(target, backend, device)), None)
 
 
-def load_model(target: str, backend: str | None) -> LearnedCostModel | None:
-    """The best available model for (target, backend), or None. A model of another feature
-    version (trained here before an upgrade) is passed over with a warning to retrain it."""
-    for p in _model_files(target, backend):
+def load_model(target: str, backend: str | None, device: str = "") -> LearnedCostModel | None:
+    """The best available model for (target, backend) on ``device`` (``''``: this machine; another
+    device has only its own model trained here), or None. A model of another feature version
+    (trained here before an upgrade) is passed over with a warning to retrain it."""
+    for p in _model_files(target, backend, device):
         try:
             return LearnedCostModel.load(p)
         except ValueError as e:

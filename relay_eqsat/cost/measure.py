@@ -5,9 +5,10 @@ A ``Measurer`` owns one worker process, started by module name
 imports TVM (or PyTorch) and measures op instances sent to it one at a time.
 Every job has a timeout: a build that hangs is killed, one that crashes the
 process is reported, and either way the caller gets an error result and the
-next job starts a fresh worker. ``measure_many`` measures a list with a
-progress bar, skips what the cache already holds and writes each result to the
-cache as it arrives, so an interrupted batch keeps everything it measured.
+next job starts a fresh worker. Batches go through
+:class:`relay_eqsat.cost.pool.MeasurePool`, which skips what the cache already holds, runs
+one or more measurers at once and writes each result to the cache as it arrives, so an
+interrupted batch keeps everything it measured.
 
 Backends (named in every result and cache row; the kernels are built and timed by
 ``relay_eqsat.passes.runtime.kernels``):
@@ -42,9 +43,8 @@ import time
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from multiprocessing.connection import Connection
-from typing import Callable, Iterable
+from typing import Callable
 
-from ..progress import bar as progress_bar
 from .cache import CostCache, normalize_target
 from .instance import GRAPH_LEVEL_OPS, OpInstance
 
@@ -105,6 +105,9 @@ class MeasureResult:
     error: str | None = None
     wall_s: float = 0.0
     cached: bool = False
+    device: str = ""      # the device it was measured on ("": this machine; else what the remote reports)
+    lost: bool = False    # the device went away during the job: not the kernel's failure, measure it elsewhere
+    where: str = ""       # the measurer's place in words (an RPC device: its key and address)
 
     @property
     def ok(self) -> bool:
@@ -214,11 +217,22 @@ class Measurer:
     """Measures op instances on one target with one backend, in a worker process.
 
     ``hook`` (a picklable zero-argument callable) runs in the worker before
-    each job: tests use it to make the worker hang or crash.
+    each job: tests use it to make the worker hang or crash. ``remote`` (a
+    :class:`~relay_eqsat.cost.tracker.Remote`): the worker takes a device from that RPC
+    tracker and builds every kernel for it, uploads and times it there; ``device`` then says
+    which (what the remote reports of its CPU), and ``lost`` that it went away. ``timing_lock``:
+    a file whose lock the worker holds while it times (local workers measuring at once build in
+    parallel and time one at a time).
     """
 
     def __init__(self, target=None, backend: str | None = None, config: MeasureConfig | None = None,
-                 cache: CostCache | None = None, hook: Callable[[], object] | None = None):
+                 cache: CostCache | None = None, hook: Callable[[], object] | None = None,
+                 remote=None, timing_lock: str | None = None):
+        self.remote = remote
+        self.timing_lock = timing_lock
+        self.device = ""
+        self.where = "this machine"
+        self.lost: str | None = None
         self.cache = cache
         self.target = resolve_target(target, cache)
         self.backend = backend or select_backend(self.target)
@@ -245,18 +259,31 @@ class Measurer:
         conn = Connection(parent.detach())
         self._proc, self._conn, self._fresh = proc, conn, True
         try:
-            conn.send((self.target, self.backend, asdict(self.config), self.hook))
-            deadline = time.monotonic() + WORKER_START_S
+            conn.send((self.target, self.backend, asdict(self.config), self.hook,
+                       {"remote": self.remote, "timing_lock": self.timing_lock}))
+            deadline = time.monotonic() + WORKER_START_S + (self.remote.timeout * 2 if self.remote else 0.0)
             while not conn.poll(0.5):
                 if time.monotonic() >= deadline:
                     self._stop(kill=True)
                     return f"timeout: the worker was not ready after {WORKER_START_S:.0f} s (killed)"
                 if proc.poll() is not None:
                     break
-            conn.recv()  # ("ready",)
+            reply = conn.recv()  # ("ready", {device, where}) or ("unavailable", why)
         except (EOFError, OSError):
             return self._died()
+        if reply[0] != "ready":
+            self.lost = str(reply[1])
+            self._stop(kill=True)
+            return self.lost
+        self.device, self.where = reply[1]["device"], reply[1]["where"]
         return None
+
+    def start(self) -> str | None:
+        """Start the worker now (else the first job does): None, or why it could not start (a
+        remote worker: no device). ``device`` and ``where`` then say where it measures."""
+        if self._proc is not None and self._proc.poll() is None:
+            return None
+        return self._start()
 
     def _died(self) -> str:
         """Stop a worker that closed its connection; the error text saying so."""
@@ -304,7 +331,10 @@ class Measurer:
 
     # -- measuring ----------------------------------------------------------------
     def _job(self, msg: tuple) -> tuple[float | None, int, str | None]:
-        """Send one job to the worker (starting one if needed): (seconds, repeats, error)."""
+        """Send one job to the worker (starting one if needed): (seconds, repeats, error); a
+        remote device that went away (or never came) sets ``lost``."""
+        if self.lost:
+            return None, 0, self.lost
         if self._proc is None or self._proc.poll() is not None:
             if self._proc is not None:
                 self._stop(kill=True)
@@ -319,6 +349,9 @@ class Measurer:
             while not self._conn.poll(min(0.5, max(0.0, deadline - time.monotonic()))):
                 if time.monotonic() >= deadline:
                     self._stop(kill=True)
+                    if self.remote is not None:  # a device that stops answering is taken for gone
+                        self.lost = f"{self.where} did not answer within {timeout:.0f} s"
+                        return None, 0, self.lost
                     return None, 0, f"timeout: no result after {timeout:.0f} s (worker killed)"
                 if self._proc.poll() is not None:
                     break
@@ -327,6 +360,9 @@ class Measurer:
             return None, 0, self._died()
         if reply[0] == "ok":
             return reply[1], reply[2], None
+        if reply[0] == "lost":
+            self.lost = reply[1]
+            self._stop(kill=True)
         return None, 0, reply[1]
 
     def measure(self, inst: OpInstance) -> MeasureResult:
@@ -338,56 +374,10 @@ class Measurer:
             return res
         res.seconds, res.repeats, res.error = self._job(("op",) + inst.key() + (inst.out_str,))
         res.wall_s = time.perf_counter() - t0
+        res.device, res.lost, res.where = self.device, bool(self.lost), self.where
         return res
 
     def measure_zoo_model(self, name: str, small: bool = False) -> tuple[float | None, str | None]:
         """End-to-end seconds of a zoo model built whole by TVM: (seconds, error)."""
         seconds, _, error = self._job(("zoo", name, bool(small)))
         return seconds, error
-
-    def measure_many(self, instances: Iterable[OpInstance], cache: CostCache | None = None,
-                     skip_cached: bool = True, retry_failed: bool = False,
-                     progress: bool | None = None, deadline: float | None = None,
-                     desc: str | None = None) -> list[MeasureResult]:
-        """Measure a batch, writing each result to the cache as it arrives.
-
-        Cache hits (and, unless ``retry_failed``, recorded failures) are not
-        measured again; they come back with ``cached=True``. The progress bar
-        (:func:`relay_eqsat.progress.bar`) shows only when stderr is a terminal,
-        unless ``progress`` (or the command line's ``--progress``) says otherwise.
-        Past ``deadline`` (``time.monotonic()``) no new measurement starts: the
-        rest are left out of the results.
-        """
-        cache = cache if cache is not None else self.cache
-        results: list[MeasureResult] = []
-        todo: list[OpInstance] = []
-        for inst in instances:
-            if inst.op in GRAPH_LEVEL_OPS or inst.op == "opaque":
-                continue
-            if cache is not None and skip_cached:
-                row = cache.get(inst, self.target, self.backend)
-                if row is not None:
-                    results.append(MeasureResult(inst, self.target, self.backend, row.seconds,
-                                                 row.repeats, cached=True))
-                    continue
-                if not retry_failed:
-                    err = cache.get_failure(inst, self.target, self.backend, since=HARNESS_CHANGED)
-                    if err is not None:
-                        results.append(MeasureResult(inst, self.target, self.backend, error=err, cached=True))
-                        continue
-            todo.append(inst)
-        with progress_bar(total=len(todo), desc=desc or f"measure {self.backend}", unit="op",
-                          enabled=progress) as bar:
-            for inst in todo:
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
-                bar.set_postfix_str(inst.op, refresh=False)
-                res = self.measure(inst)
-                if cache is not None:
-                    if res.ok:
-                        cache.put(inst, self.target, self.backend, res.seconds, res.repeats)
-                    else:
-                        cache.put_failure(inst, self.target, self.backend, res.error)
-                results.append(res)
-                bar.update(1)
-        return results

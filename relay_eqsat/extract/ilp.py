@@ -43,6 +43,7 @@ the greedy one in real costs. Every returned choice is validated.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from typing import Iterable, Sequence
 
@@ -77,10 +78,12 @@ class _CpSat:
     encoding when there are many cycles.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, stall: bool = False) -> None:
         from ortools.sat.python import cp_model
 
         self._cp = cp_model
+        self.stall = stall
+        self.stalled = False
         self.model = cp_model.CpModel()
         self._constraints = self.model.proto.constraints
         self.vars: list = []
@@ -132,8 +135,13 @@ class _CpSat:
         # CP-SAT's own SIGINT handler (on by default) stops the solve on Ctrl-C and then leaves SIGINT
         # at SIG_DFL: Python would never see a Ctrl-C again in this process
         solver.parameters.catch_sigint_signal = False
-        status = solver.solve(self.model)
+        if self.stall:
+            status = self._solve_until_stall(solver)
+        else:
+            status = solver.solve(self.model)
         name = solver.status_name(status)
+        if self.stalled and status == self._cp.FEASIBLE:
+            name = "STALLED"  # stopped: no better program came for a while (part_statuses counts them)
         if status == self._cp.MODEL_INVALID:
             raise ExtractionError(f"CP-SAT rejected the model: {self.model.validate()}")
         has = status in (self._cp.OPTIMAL, self._cp.FEASIBLE)
@@ -143,6 +151,52 @@ class _CpSat:
         # the bound holds whether or not a solution was found (CP-SAT's initial domain at worst)
         bound = None if infeasible or status == self._cp.MODEL_INVALID else solver.best_objective_bound
         return name, has, optimal, infeasible, values, bound
+
+
+    def _solve_until_stall(self, solver):
+        """``solver.solve`` stopped once no better solution came for :func:`stall_seconds`."""
+        cp = self._cp
+        found = [None, math.inf]  # when the last solution better by STALL_IMPROVEMENT came, and its objective
+        done = threading.Event()
+
+        class Found(cp.CpSolverSolutionCallback):
+            def on_solution_callback(self):
+                value = self.objective_value
+                if value < found[1] - STALL_IMPROVEMENT * abs(found[1]) or found[0] is None:
+                    found[0], found[1] = time.perf_counter(), value
+
+        def watch(start: float) -> None:
+            while not done.wait(0.05):
+                last = found[0]
+                if last is not None and time.perf_counter() - last > stall_seconds(last - start):
+                    self.stalled = True
+                    solver.stop_search()
+                    return
+
+        watcher = threading.Thread(target=watch, args=(time.perf_counter(),), daemon=True)
+        watcher.start()
+        try:
+            return solver.solve(self.model, Found())
+        finally:
+            done.set()
+            watcher.join()
+
+
+#: ILP-ACyc stops a solve when no better program came for this long, or for half the time it took to
+#: find the last one if that is longer: on NasRNN's 10,000-node e-graph (10 parts, the largest 3,264
+#: nodes) CP-SAT found its final program in under 5 s and spent the rest of a 30-s limit raising the
+#: bound (a 6% gap it never closed); the calibration rounds paid that twice (2026-12-02, Zen 5)
+STALL_MIN_S = 3.0
+STALL_FRACTION = 0.5
+#: a solution better than the last by less than this (relative) does not count as one: the objective's
+#: tie-break weights (presolve.tie_break_weights) move it by 1e-8 between programs of equal cost
+STALL_IMPROVEMENT = 1e-5
+
+
+def stall_seconds(found_after: float) -> float:
+    """How long a solve goes on without a better solution, its last one found ``found_after``
+    seconds after it started."""
+    return max(STALL_MIN_S, STALL_FRACTION * found_after)
 
 
 class _Scip:
@@ -213,9 +267,9 @@ class _Scip:
         return name, has, status == lp.Solver.OPTIMAL, status == lp.Solver.INFEASIBLE, values, bound
 
 
-def _backend(solver: str):
+def _backend(solver: str, stall: bool = False):
     if solver == "cp-sat":
-        return _CpSat()
+        return _CpSat(stall)
     if solver == "scip":
         return _Scip()
     raise ValueError(f"unknown solver {solver!r}; choose from {SOLVERS}")
@@ -414,10 +468,11 @@ def solve_split(problem: ExtractionProblem, red: Reduced, roots: list[int], warm
                     solve_time=solve_time, encode_time=encode_time, info=info, bound=min(out.bound, cost))
 
 
-def _ilp_part(problem: ExtractionProblem, solver: str, threads: int, tie_break: bool, warm_start: bool):
+def _ilp_part(problem: ExtractionProblem, solver: str, threads: int, tie_break: bool, warm_start: bool,
+              stall: bool = False):
     """A per-part solver for :func:`solve_split`: the part's ILP (no cycles to forbid), hinted."""
     def solve(part: Reduced, hint: set[int], limit: float | None) -> PartResult:
-        backend = _backend(solver)
+        backend = _backend(solver, stall)
         enc = Encoding(backend, problem, part, integral_weights=(solver == "cp-sat"),
                        tie_break=tie_break and solver == "cp-sat")
         if warm_start:
@@ -527,7 +582,7 @@ def encode_cycles(enc: Encoding, cycles: Iterable[Sequence[int]]) -> None:
 def ilp_acyc(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, time_limit: float | None = None,
              solver: str = "cp-sat", cycles: str = "auto", max_cycles: int | None = DEFAULT_MAX_CYCLES,
              warm_start: bool = True, threads: int | None = None, tie_break: bool = True,
-             decompose: bool = True) -> Solution:
+             decompose: bool = True, stall: bool = True) -> Solution:
     """He et al.'s ILP-ACyc: acyclic constraints per class cycle instead of order variables.
 
     cycles: "all" (Johnson, at most ``max_cycles``), "basis" (one cycle per
@@ -537,15 +592,17 @@ def ilp_acyc(problem: ExtractionProblem, roots: Iterable[int] | None = None, *, 
     contains is added before solving again. tie_break: as for :func:`ilp_topo`.
     decompose: when the class graph has no cycle (nothing to forbid), solve the problem's
     independent parts one by one (components.py); the optimum is the same.
+    stall: (CP-SAT) stop a solve that found no better program for :func:`stall_seconds` (its best
+    is returned, not proven optimal; the info's ``stalled`` counts such solves).
     """
     started, roots, red, warm = prepare(problem, roots)
     the_split = split(red) if decompose else None
     if the_split is not None:
         return solve_split(problem, red, roots, warm, the_split,
-                           _ilp_part(problem, solver, threads or default_threads(), tie_break, warm_start),
+                           _ilp_part(problem, solver, threads or default_threads(), tie_break, warm_start, stall),
                            time_limit, started, f"ilp-acyc/{solver}", {"cycle_mode": cycles, "cycles_enumerated": 0,
                                                                        "cycles_complete": True})
-    backend = _backend(solver)
+    backend = _backend(solver, stall)
     enc = Encoding(backend, problem, red, integral_weights=(solver == "cp-sat"),
                    tie_break=tie_break and solver == "cp-sat")
     found, complete = enumerate_cycles(problem, red, cycles, max_cycles, enumeration_deadline(started, time_limit))
