@@ -241,8 +241,8 @@ def summarize_rpc_measure(d: Mapping, header: Mapping) -> dict[str, dict]:
                     row[where] = {k: r[where].get(k) for k in ("kept", "measured_speedup", "runtime_wins")}
             rows.append(row)
         if rows:
-            out[part] = rows
-    if not any(part in out for part in keep):
+            out["rows" if part == "throughput" else part] = rows  # the kernels-per-second table is its rows
+    if not any(part in out for part in ("rows", "verdicts", "first_run")):
         return {}
     out["goals"] = [{k: g.get(k) for k in ("goal", "met", "detail")} for g in d.get("goals") or []]
     return {"rpc_measure": out}
@@ -461,13 +461,13 @@ def mcts_block(s: Mapping) -> str:
 
 def rpc_measure_block(s: Mapping) -> str:
     out = header_lines(s)
-    if s.get("throughput"):
+    if s.get("rows"):
         out += ["", "Kernels per second, each configuration from an empty cost database (*localN*: `--jobs N`; "
                 "*rpcN*: N `tvm.exec.rpc_server` on this machine under one tracker key); *vs local1*: each "
                 "kernel's time against `local1`'s, median and 90th percentile of |ratio - 1|.", "",
                 "| model | config | kernels | failed | seconds | kernels/s | × local1 | vs local1 median | "
                 "vs local1 p90 |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for r in s["throughput"]:
+        for r in s["rows"]:
             pct = [f"{r[k] * 100:.1f}%" if r.get(k) is not None else "–" for k in ("vs_local1_median", "vs_local1_p90")]
             out.append(f"| {r['model']} | {r['config']} | {r.get('measured')} | {r.get('failed')} | "
                        f"{seconds(r.get('seconds'))} | {sig(r.get('kernels_per_s'))} | "
@@ -487,7 +487,7 @@ def rpc_measure_block(s: Mapping) -> str:
     if s.get("first_run"):
         out += ["", "The pass's first run on a CPU without shipped data (`relay-eqsat optimize`, empty cost "
                 "database), seconds, against TVM's own build of the model:", "",
-                "| model | config | pass | calibration (kernels) | search | extraction | runtime check | "
+                "| model | config | pass | calibration (kernels) | search | extraction with calibration | runtime check | "
                 "TVM build | pass / build | result |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in s["first_run"]:
             if r.get("error"):

@@ -23,7 +23,7 @@ kernels at once. Nothing else may run while this times.
 
     python bench/rpc_measure.py [--models squeezenet1_1,shufflenet_v2_x1_0]
         [--parts throughput,verdicts,first_run] [--configs local1,local2,rpc1,rpc2]
-        [--first-run-configs local1,local2,rpc2] [--out bench/results/rpc_measure.json]
+        [--first-run-configs before,local1,local2,rpc2] [--before-tree DIR] [--out bench/results/rpc_measure.json]
 """
 from __future__ import annotations
 
@@ -175,7 +175,7 @@ def verdicts(models, target) -> list[dict]:
     return rows
 
 
-def first_run(models, configs, target, time_budget: float) -> list[dict]:
+def first_run(models, configs, target, time_budget: float, before_tree: str | None = None) -> list[dict]:
     from relay_eqsat.testing.rpc import RpcCluster
 
     rows = []
@@ -184,23 +184,30 @@ def first_run(models, configs, target, time_budget: float) -> list[dict]:
         from model_inputs import shapes_arg
 
         for config in configs:
-            kind, n = config_kind(config)
+            kind, n = ("before", 1) if config == "before" else config_kind(config)
+            if kind == "before" and not before_tree:
+                raise SystemExit("first-run configuration 'before' needs --before-tree")
             with tempfile.TemporaryDirectory() as tmp:
                 env = dict(os.environ, RELAY_EQSAT_COST_DB=str(Path(tmp) / "costs.sqlite"),
                            RELAY_EQSAT_IGNORE_SHIPPED="1")
+                if kind == "before":  # the package as it was, run from its own tree
+                    env["PYTHONPATH"] = str(Path(before_tree).resolve())
                 out = Path(tmp) / "report.json"
                 cmd = [sys.executable, "-m", "relay_eqsat.cli", "optimize", str(MODELS_DIR / f"{name}.onnx"),
                        "--input-shapes", shapes_arg(meta["inputs"]), "--time-budget", str(time_budget),
                        "-o", str(out)]
                 cluster = None
-                if kind == "local":
+                if kind == "before":
+                    cmd += ["--target", target]
+                elif kind == "local":
                     cmd += ["--target", target, "--jobs", str(n)]
                 else:
                     cluster = RpcCluster(servers=n, key=KEY).start()
                     cmd += ["--target", remote_spelling(target), "--rpc-tracker", cluster.address, "--rpc-key", KEY]
                 try:
                     t0 = time.perf_counter()
-                    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+                    # run from the scratch folder: `python -m` puts the working directory first on sys.path
+                    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600, cwd=tmp)
                     wall = time.perf_counter() - t0
                 finally:
                     if cluster is not None:
@@ -226,12 +233,39 @@ def first_run(models, configs, target, time_budget: float) -> list[dict]:
     return rows
 
 
+def machine() -> dict:
+    """tables.machine_info() and the CPU's model name."""
+    info = tables.machine_info()
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu_model"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
+    except OSError:
+        info["cpu_model"] = None
+    return info
+
+
+def code() -> dict:
+    """The commit measured, and whether tracked files differed from it."""
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    return {"commit": git("log", "-1", "--format=%h"), "modified": git("status", "--short", "--untracked-files=no")}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="squeezenet1_1,shufflenet_v2_x1_0")
     ap.add_argument("--parts", default="throughput,verdicts,first_run")
     ap.add_argument("--configs", default=",".join(CONFIGS), help="throughput configurations")
-    ap.add_argument("--first-run-configs", default="local1,local2,rpc2")
+    ap.add_argument("--first-run-configs", default="local1,local2,rpc2",
+                    help="localN, rpcN, and 'before': the package of --before-tree (a checkout whose compiled "
+                         "modules are built, with relay_eqsat/passes and relay_eqsat/rulesets linked to its "
+                         "passes/ and rules/) run the same way")
+    ap.add_argument("--before-tree", default=None, metavar="DIR")
     ap.add_argument("--time-budget", type=float, default=10.0, help="relay-eqsat optimize's own timing budget")
     ap.add_argument("--out", default="bench/results/rpc_measure.json")
     args = ap.parse_args(argv)
@@ -247,7 +281,7 @@ def main(argv=None) -> int:
         for m in missing:
             export_venv.export_model(py, m, MODELS_DIR)
     target = host_target()
-    data = {"machine": tables.machine_info(), "target": target, "models": models}
+    data = {"machine": machine(), "code": code(), "target": target, "models": models}
     goals = []
     if "throughput" in parts:
         rows = data["throughput"] = throughput(models, [c.strip() for c in args.configs.split(",")], target)
@@ -271,7 +305,7 @@ def main(argv=None) -> int:
                                  f"{sum(r['same_verdict'] for r in judged)}/{len(judged)} models"))
     if "first_run" in parts:
         rows = data["first_run"] = first_run(models, [c.strip() for c in args.first_run_configs.split(",")],
-                                             target, args.time_budget)
+                                             target, args.time_budget, args.before_tree)
         tables.print_table(["model", "config", "pass s", "calibration s", "kernels", "search s", "extract s",
                             "check s", "TVM build s", "pass / build", "changed", "speedup"],
                            [[r["model"], r["config"], r.get("pass_s"), r.get("calibration_s"),

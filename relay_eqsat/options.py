@@ -161,7 +161,8 @@ _OPTIONS: list[Option] = [
     Option("rpc_key", str, None, "the key the devices are registered under at the RPC tracker (as tvmc's "
            "--rpc-key)", nullable=True, scope="pass"),
     Option("jobs", int, None, "kernels measured at once on this machine: they build in parallel and take turns "
-           "to time (None: 1, see docs/measuring.md); with rpc_tracker every free device measures at once",
+           "to time (None: 2 where there are two CPUs or more, see docs/measuring.md); with rpc_tracker every free "
+           "device measures at once",
            low=0, nullable=True, scope="pass"),
     Option("min_gain", float, None, "predicted speedup margin required when the runtime is not measured, "
            "e.g. 0.1 = 10%; None: the cost model's calibrated error for the target", low=0,

@@ -1348,3 +1348,17 @@ def test_shipped_models_serve_their_own_cpu_and_the_nearest():
     zen4 = next(p for t, p in targets.items() if "znver4" in t)
     assert zen4.name != "default-tvm-llvm.json"  # znver4's own file, measured on a Zen 4 (2026-11-27)
     assert find_model(X86 + "znver5", "tvm-llvm") == zen4
+
+
+@pytest.mark.tvm
+def test_two_local_workers_share_a_batch_and_take_turns_to_time(tmp_path):
+    pytest.importorskip("tvm")
+    cache = CostCache(tmp_path / "c.sqlite")
+    kernels = [add(8, 16 + 8 * i) for i in range(6)]
+    with MeasurePool(TARGET, "tvm-llvm", MeasureConfig(repeat=3, min_repeat_ms=1), cache=cache, jobs=2) as pool:
+        results = pool.measure_many(kernels, progress=False)
+        assert pool.jobs == 2 and all(m._proc is not None for m in pool.measurers)  # both measured
+        assert all(m.timing_lock == pool.measurers[0].timing_lock for m in pool.measurers)
+    assert sorted(r.instance.key() for r in results) == sorted(k.key() for k in kernels)
+    assert all(r.ok and r.seconds > 0 and r.device == "" for r in results)
+    assert cache.count(TARGET, "tvm-llvm", device="") == len(kernels)

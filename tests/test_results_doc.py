@@ -72,7 +72,7 @@ def _real_row(model, kind, opt3_s, default_s, *, ratio, wins=9, changed=True, or
 
 
 def make_run(folder: Path) -> Path:
-    """A small `make bench` output folder: the three JSON files the summaries read."""
+    """A small `make bench` output folder: the JSON files the summaries read."""
     folder.mkdir()
     machine = {"cpu_model": "Test CPU", "cpus": 2, "target": "llvm -mtriple=x86_64-linux-gnu -mcpu=znver4",
                "tvm_threads": 1, "time": "2026-12-01 10:00:00",
@@ -108,6 +108,21 @@ def make_run(folder: Path) -> Path:
                   "mcts": {"cost_after": 0.00252, "time": 12.0, "stop_reason": "no_gain"},
                   "reference": {"cost_after": 0.0025, "egraph_nodes": 200001}}],
         "goals": [{"goal": "MCTS at least as good as TENSAT on every model", "met": True, "detail": "1/1"}]}))
+    (folder / "rpc_measure.json").write_text(json.dumps({
+        "machine": {**machine, "argv": ["bench/rpc_measure.py"]},
+        "throughput": [{"model": "squeezenet1_1", "config": "local1", "kernels": 46, "measured": 46, "failed": 0,
+                        "seconds": 23.0, "kernels_per_s": 2.0, "speedup_vs_local1": 1.0,
+                        "kernel_seconds": {"k": 1e-5}},
+                       {"model": "squeezenet1_1", "config": "rpc2", "kernels": 46, "measured": 46, "failed": 0,
+                        "seconds": 15.3, "kernels_per_s": 3.0, "speedup_vs_local1": 1.5, "vs_local1_median": 0.1,
+                        "vs_local1_p90": 0.4}],
+        "verdicts": [{"model": "squeezenet1_1", "predicted_speedup": 1.2, "same_verdict": True,
+                      "local": {"kept": True, "measured_speedup": 1.1, "runtime_wins": "9/9", "reason": "x"},
+                      "rpc": {"kept": True, "measured_speedup": 1.08, "runtime_wins": "9/9"}}],
+        "first_run": [{"model": "squeezenet1_1", "config": "local2", "pass_s": 44.7, "calibration_s": 16.1,
+                       "tvm_build_s": 12.3, "pass_over_build": 3.6, "changed": True, "measured_speedup": 1.11}],
+        "goals": [{"goal": "the runtime check's verdict over RPC equals the local one", "met": True,
+                   "detail": "1/1 models"}]}))
     return folder
 
 
@@ -145,6 +160,14 @@ def test_summarize_a_run_folder_into_summaries_the_renderer_accepts(tmp_path):
     assert cost["pairs"] == {"learned": [1, 2], "auto": [2, 2]}
     assert cost["pairs_wrong"][0]["rule"] == "dense-merge"
 
+    rpc = s["rpc_measure"]
+    assert [r["config"] for r in rpc["rows"]] == ["local1", "rpc2"] and "kernel_seconds" not in rpc["rows"][0]
+    assert rpc["verdicts"][0]["rpc"] == {"kept": True, "measured_speedup": 1.08, "runtime_wins": "9/9"}
+    assert rpc["first_run"][0]["pass_s"] == pytest.approx(44.7)
+    text = results_doc.rpc_measure_block(rpc)
+    assert "| squeezenet1_1 | rpc2 | 46 | 0 | 15.3 | 3.00 | 1.50 | 10.0% | 40.0% |" in text
+    assert "kept, 1.080×, 9/9" in text and "**met**" in text
+
     mcts = s["mcts_vs_tensat"]["rows"][0]
     assert mcts["tensat_ms"] == pytest.approx(2.8) and mcts["mcts_ms"] == pytest.approx(2.52)
     assert mcts["reference_nodes"] == 200001
@@ -167,7 +190,7 @@ def test_summarize_without_a_recorded_commit_names_where_it_came_from(tmp_path):
     run = make_run(tmp_path / "bench_x")
     (run / "mcts_vs_tensat.json").unlink()
     s = {p.stem: json.loads(p.read_text()) for p in results_doc.summarize(run, tmp_path / "out")}
-    assert set(s) == {"real_models", "zoo", "cost_accuracy"}  # mcts_vs_tensat's summary is left as it was
+    assert set(s) == {"real_models", "zoo", "cost_accuracy", "rpc_measure"}  # mcts_vs_tensat's is left as it was
     assert s["real_models"]["commit_source"] != "recorded by the run"
     assert s["real_models"]["commit"] or s["real_models"]["commit_source"] == "unknown"
 

@@ -10,6 +10,7 @@ decided by prediction, and the report says so).
 """
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -137,8 +138,9 @@ def test_kernels_are_measured_on_both_servers(cluster, tmp_path):
     cache = CostCache(tmp_path / "costs.sqlite")
     kernels = [conv(8, 6 + i) for i in range(8)]
     with MeasurePool(remote_target(), "tvm-llvm", CONFIG, cache, remote=cluster.remote) as pool:
-        results = pool.measure_many(kernels, progress=False)
         assert pool.jobs == 2
+        assert all(m.start() is None for m in pool.measurers)  # both sessions up before the queue opens
+        results = pool.measure_many(kernels, progress=False)
     assert len(results) == len(kernels) and all(r.ok for r in results), [r.error for r in results if not r.ok]
     assert len({r.where for r in results}) == 2  # both devices measured
     device = results[0].device
@@ -266,6 +268,20 @@ def test_command_lines_say_a_tracker_is_down_with_exit_status_2(tmp_path, capsys
     assert code == 2
     assert f"RPC tracker at {addr} cannot be reached" in capsys.readouterr().err
     assert not (tmp_path / "m.tar").exists()
+
+
+def test_tvmc_compile_with_a_device_decides_there(cluster, tmp_path, no_host_data):
+    from tests.test_tvmc import parallel_conv_model
+
+    path, _ = parallel_conv_model(tmp_path)
+    report = tmp_path / "report.json"
+    code = cli_main(["tvmc", "compile", str(path), "-o", str(tmp_path / "m.tar"), "--target", remote_target(),
+                     "--eqsat", "--eqsat-rpc-tracker", cluster.address, "--eqsat-rpc-key", KEY,
+                     "--eqsat-report", str(report)])
+    assert code == 0 and (tmp_path / "m.tar").exists()
+    rep = json.loads(report.read_text())
+    assert rep["judged_on"]["key"] == KEY and rep["judged_on"]["tracker"] == cluster.address
+    assert "measured on the device under key" in rep["judged_by"]
 
 
 def test_optimize_on_a_cross_target_builds_and_says_it_did_not_run(monkeypatch, capsys):

@@ -118,7 +118,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--rpc-key", default=None, metavar="KEY", help="the devices' key at the RPC tracker")
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="kernels measured at once on this machine: they build in parallel and take turns "
-                        "to time (default: 1; see docs/measuring.md)")
+                        "to time (default: 2 where there are two CPUs or more; see docs/measuring.md)")
     p.add_argument("--repeat", type=int, default=7, help="timings per op; the median is kept")
     p.add_argument("--min-repeat-ms", type=float, default=20.0, help="least duration of one timing")
     p.add_argument("--timeout", type=float, default=180.0, help="seconds per op before the worker is killed")

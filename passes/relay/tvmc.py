@@ -128,10 +128,14 @@ def add_eqsat_arguments(parser) -> None:
                        help="write the optimizer's report as JSON to PATH")
 
 
-def _target_names(target: str) -> list[str]:
+def _parsed_targets(target: str) -> list[dict]:
     from tvm.driver.tvmc.target import parse_target
 
-    return [t["name"] for t in parse_target(target)]
+    return parse_target(target)
+
+
+def _target_names(target: str) -> list[str]:
+    return [t["name"] for t in _parsed_targets(target)]
 
 
 def eqsat_args_to_tvmc(args) -> None:
@@ -171,6 +175,11 @@ def _wrap_compile(drive_compile):
             args.target = host_target()  # this TVM's plain llvm (tvmc's default) is riscv64
         if getattr(args, "eqsat", False):
             eqsat_args_to_tvmc(args)
+        if CODEGEN_NAME in _target_names(args.target) and "target" not in _FLAG_OPTIONS:
+            # the pass costs, measures and checks for the target tvmc builds for (a board's, say)
+            built_for = [t["raw"] for t in _parsed_targets(args.target) if t["is_tvm_target"]]
+            if built_for:
+                _FLAG_OPTIONS["target"] = built_for[0]
         try:
             if getattr(args, "eqsat", False):  # a tracker named and down: said now, not after the model loads
                 try:

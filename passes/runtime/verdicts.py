@@ -5,8 +5,9 @@ search; its verdicts are kept in the cost database (the ``meta`` table of the
 sqlite file the cost model uses, ``$RELAY_EQSAT_COST_DB`` by default), keyed by
 what decides them:
 
-- ``pair``: (input program, result program, host, the runtime's thread count,
-  target, the check's settings) -> keep or not, with the figures that decided it;
+- ``pair``: (input program, result program, host (and the RPC device, when the programs were
+  timed on one), the runtime's thread count, target, the check's settings) -> keep or not, with
+  the figures that decided it;
 - ``input``: (input program, every option, host, thread count, package version, the content
   the options name: `content_fingerprint`) -> "the result was measured no faster": a later run
   on the same model with the same options, rules and cost model returns the input at once,
@@ -165,10 +166,12 @@ class Verdicts:
 
         if not isinstance(cost_model, CostModel) or cost_model.cache is None:
             return cls(None, settings)
-        return cls(cost_model.cache, settings, content_fingerprint(rules, cost_model))
+        return cls(cost_model.cache, settings, content_fingerprint(rules, cost_model), cost_model.device)
 
-    def __init__(self, cache, settings: str, content: str = ""):
+    def __init__(self, cache, settings: str, content: str = "", device: str = ""):
         self.cache = cache
+        # the machine the programs are timed on: this one (its target), or an RPC device (what it reports)
+        self.machine = host_target() + (f"|device={device}" if device else "")
         self.settings = settings  # the runtime check's constants: a verdict under others is not reused
         self.content = content  # `content_fingerprint`: the rules' and the cost model's files
         self.threads = f"threads={runtime_threads()}"  # read once: every key of one run names the same count
@@ -189,7 +192,7 @@ class Verdicts:
         text = _options_text(opts)
         if text is None:
             return None
-        return ":".join(["eqsat_input", program_hash(before), host_target(), self.threads, self.settings,
+        return ":".join(["eqsat_input", program_hash(before), self.machine, self.threads, self.settings,
                          __version__, self.content, text])
 
     def win_key(self, before: tvm.IRModule, opts: Mapping[str, Any]) -> str | None:
@@ -197,7 +200,7 @@ class Verdicts:
         return None if key is None else "eqsat_win" + key[len("eqsat_input"):]
 
     def pair_key(self, before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, Any]) -> str:
-        return ":".join(["runtime_check", program_hash(before), program_hash(after), host_target(),
+        return ":".join(["runtime_check", program_hash(before), program_hash(after), self.machine,
                          self.threads, str(opts.get("target")), str(opts.get("seed")), self.settings,
                          str(opts.get("check_time_limit"))])
 

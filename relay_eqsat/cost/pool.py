@@ -5,8 +5,9 @@ A ``MeasurePool`` owns one :class:`~relay_eqsat.cost.measure.Measurer` per place
 - with a :class:`~relay_eqsat.cost.tracker.Remote` (an RPC tracker and a key), one per device
   registered under the key: each worker process takes a device from the tracker, cross-compiles
   each kernel for the target, uploads it and times it there;
-- else ``jobs`` local workers (:func:`default_jobs`), which build in parallel and take turns to
-  time (they share a lock file), so that one kernel's timing never shares the CPU with another's.
+- else ``jobs`` local workers (:func:`default_jobs`: two on two CPUs or more), which build in
+  parallel and take turns to time (they share a lock file), so that one kernel's timing never
+  shares the CPU with another's.
 
 Every measurer runs in a thread of its own that takes the next kernel from one queue, so a fast
 device measures more. Each result goes to the sqlite cost database as it arrives, keyed by the
@@ -35,12 +36,13 @@ MAX_LOST_ATTEMPTS = 3
 
 
 def default_jobs() -> int:
-    """Local measuring workers by default: one. Workers take turns to time (a lock), so more of
-    them only overlap the next kernel's build with this one's timing; on 2 cores the build beside
-    a timing slowed the kernels timed (see docs/measuring.md, where the choice is measured), so one
-    worker is the default on every machine and ``--jobs`` opts in. The CPUs this process may run on
-    bound it."""
-    return 1
+    """Local measuring workers by default: two where this process may use two CPUs or more, else
+    one. Workers take turns to time (a lock), so a second one overlaps the next kernel's build with
+    this one's timing: on 2 cores that measured about 1.5x as many kernels a second, and the
+    kernels' times disagreed with one worker's no more than one worker's disagreed with themselves
+    measured again (docs/measuring.md; bench/rpc_measure.py). More workers help only where a
+    kernel's build takes longer than its timing: ``--jobs`` asks for them."""
+    return min(2, max_jobs())
 
 
 def max_jobs() -> int:
