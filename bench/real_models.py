@@ -520,11 +520,6 @@ def machine(args, py: Path | None) -> dict:
     import importlib.metadata as md
 
     info = tables.machine_info()
-    try:
-        with open("/proc/cpuinfo") as f:
-            info["cpu_model"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
-    except OSError:
-        info["cpu_model"] = None
     info["threads"] = args.threads
     info["TVM_NUM_THREADS"] = os.environ.get("TVM_NUM_THREADS")
     info["ignore_shipped"] = bool(args.ignore_shipped)

@@ -233,17 +233,6 @@ def first_run(models, configs, target, time_budget: float, before_tree: str | No
     return rows
 
 
-def machine() -> dict:
-    """tables.machine_info() and the CPU's model name."""
-    info = tables.machine_info()
-    try:
-        with open("/proc/cpuinfo") as f:
-            info["cpu_model"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
-    except OSError:
-        info["cpu_model"] = None
-    return info
-
-
 def code() -> dict:
     """The commit measured, and whether tracked files differed from it."""
     root = Path(__file__).resolve().parents[1]
@@ -281,7 +270,7 @@ def main(argv=None) -> int:
         for m in missing:
             export_venv.export_model(py, m, MODELS_DIR)
     target = host_target()
-    data = {"machine": machine(), "code": code(), "target": target, "models": models}
+    data = {"machine": tables.machine_info(), "code": code(), "target": target, "models": models}
     goals = []
     if "throughput" in parts:
         rows = data["throughput"] = throughput(models, [c.strip() for c in args.configs.split(",")], target)

@@ -11,13 +11,22 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name (/proc/cpuinfo), or None."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
+    except OSError:
+        return None
+
+
 def machine_info() -> dict:
     """Where the figures were measured."""
     import os
 
     info = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
             "argv": sys.argv, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS")}
+            "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS"), "cpu_model": cpu_model()}
     try:
         import tvm
 

@@ -201,6 +201,17 @@ def test_the_pass_on_a_remote_target_is_decided_on_the_device(cluster, no_host_d
     np.testing.assert_allclose(run(build(out), {"x": x})[0], run(build(mod), {"x": x})[0], rtol=1e-4, atol=1e-5)
 
 
+def input_kept_over_rpc(cluster: RpcCluster, warning: str) -> dict:
+    """The pass's report on :func:`two_branches` judged on ``cluster``'s device, which kept the
+    input (the module comes back unchanged) with a warning matching ``warning``."""
+    mod = two_branches()
+    p = EqSatPass(target=remote_target(), rpc_tracker=cluster.address, rpc_key=KEY, calibrate="off")
+    with pytest.warns(UserWarning, match=warning):
+        out = p(mod)
+    assert out.same_as(mod)
+    return p.last_report
+
+
 def test_a_device_dying_while_timed_leaves_the_program_unjudged(own_cluster, no_host_data, monkeypatch):
     timed = decision.time_rounds
 
@@ -210,13 +221,9 @@ def test_a_device_dying_while_timed_leaves_the_program_unjudged(own_cluster, no_
         return timed(*args, **kwargs)
 
     monkeypatch.setattr(decision, "time_rounds", dies)
-    mod = two_branches()
-    p = EqSatPass(target=remote_target(), rpc_tracker=own_cluster.address, rpc_key=KEY, calibrate="off")
-    with pytest.warns(UserWarning, match="went away"):
-        out = p(mod)
-    assert out.same_as(mod)
-    assert p.last_report["reason"].startswith("not judged: the device")
-    assert "runtime_after" not in p.last_report
+    report = input_kept_over_rpc(own_cluster, warning="went away")
+    assert report["reason"].startswith("not judged: the device")
+    assert "runtime_after" not in report
 
 
 def test_outputs_that_differ_on_the_device_are_rejected(cluster, monkeypatch):
@@ -228,13 +235,9 @@ def test_outputs_that_differ_on_the_device_are_rejected(cluster, monkeypatch):
                    "predicted_speedup": 2.0}
 
     monkeypatch.setattr(eqsat_pass, "optimize", wrong)
-    mod = two_branches()
-    p = EqSatPass(target=remote_target(), rpc_tracker=cluster.address, rpc_key=KEY, calibrate="off")
-    with pytest.warns(UserWarning, match="different outputs"):
-        out = p(mod)
-    assert out.same_as(mod)
-    assert p.last_report["reason"].startswith("rejected: outputs differ")
-    assert p.last_report["judged_on"]["key"] == KEY
+    report = input_kept_over_rpc(cluster, warning="different outputs")
+    assert report["reason"].startswith("rejected: outputs differ")
+    assert report["judged_on"]["key"] == KEY
 
 
 def test_the_pass_with_a_tracker_that_is_down_raises_a_clear_error():

@@ -1,37 +1,30 @@
 """Where built programs run: this machine, or a device taken from a TVM RPC tracker.
 
 A :class:`Place` loads a built factory into a graph executor on its device (:meth:`Place.load`),
-and gives the device to time on. :class:`HostPlace` is this machine. :class:`RemotePlace` asks
+and gives the device to time on; the base class is this machine. :class:`RemotePlace` asks
 the tracker for a session on a device under the key (bounded in time: the tracker is asked by
 :mod:`relay_eqsat.cost.tracker` first, so one that is down fails within its timeout, and a request
 no device takes in ``timeout`` seconds fails too), exports each program as a shared library
 (the host's compiler for this machine's architecture, ``<triple>-g++`` when there is one, else
 a tar of object files that the remote links itself), uploads it, loads it there and removes the
-file. ``device`` is what the remote reports of its CPU (LLVM's triple and CPU name where the
-remote has LLVM, else the key), ``where`` the key and the server's address. :func:`alive` tells
-a device that went away from a program that failed.
+file. ``device`` is what the remote reports of its CPU (:func:`cpu_fingerprint`; the key when it
+reports nothing), ``where`` the key and the server's address. :meth:`Place.alive` tells a device
+that went away from a program that failed.
 """
 from __future__ import annotations
 
 import os
 import shutil
-import socket
-import struct
 import tempfile
 import uuid
-import json
 
 import tvm
 from tvm import rpc
 from tvm.contrib import graph_executor
 
-from relay_eqsat.cost.tracker import CODE_SUCCESS, TRACKER_MAGIC, Remote, TrackerError, devices, remote_from_options
+from relay_eqsat.cost.tracker import Remote, TrackerError, devices, remote_from_options, request
 
 from .build import executor
-
-#: tracker code of a session request (tvm/rpc/base.py TrackerCode.REQUEST)
-CODE_REQUEST = 4
-
 
 class RemoteLost(RuntimeError):
     """The remote device went away (its session broke)."""
@@ -61,43 +54,6 @@ class Place:
 
     def close(self) -> None:
         pass
-
-
-HostPlace = Place
-
-
-def _request(remote: Remote, priority: int = 1) -> tuple[str, int, str]:
-    """(host, port, match key) of a free device under the key, asked of the tracker within
-    ``remote.timeout`` seconds (its pending request is dropped when the connection closes)."""
-    try:
-        with socket.create_connection((remote.host, remote.port), timeout=remote.timeout) as sock:
-            sock.settimeout(remote.timeout)
-            sock.sendall(struct.pack("<i", TRACKER_MAGIC))
-            if struct.unpack("<i", _recv(sock, 4))[0] != TRACKER_MAGIC:
-                raise TrackerError(f"{remote.address} is not a TVM RPC tracker")
-            data = json.dumps([CODE_REQUEST, remote.key, "", priority]).encode()
-            sock.sendall(struct.pack("<i", len(data)) + data)
-            (size,) = struct.unpack("<i", _recv(sock, 4))
-            answer = json.loads(_recv(sock, size).decode())
-    except socket.timeout:
-        raise TrackerError(f"no device under key {remote.key!r} at the RPC tracker {remote.address} became free "
-                           f"within {remote.timeout:g} s") from None
-    except OSError as e:
-        raise TrackerError(f"the RPC tracker at {remote.address} cannot be reached ({e})") from None
-    if not isinstance(answer, list) or answer[0] != CODE_SUCCESS:
-        raise TrackerError(f"the RPC tracker at {remote.address} refused a session ({answer!r})")
-    host, port, match = answer[1]
-    return str(host), int(port), str(match)
-
-
-def _recv(sock, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise OSError("the tracker closed the connection")
-        data += chunk
-    return data
 
 
 #: sysfs files a remote's CPU is told by (proc files cannot be downloaded: they report no size)
@@ -153,7 +109,7 @@ class RemotePlace(Place):
 
     def __init__(self, remote: Remote, target):
         devices(remote)  # a tracker that is down, or no device under the key: TrackerError now
-        host, port, match = _request(remote)
+        host, port, match = request(remote)
         self.remote = remote
         self.target = tvm.target.Target(str(target))
         try:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 #: TVM's tracker magic number and codes (tvm/rpc/base.py)
 TRACKER_MAGIC = 0x2F271
 CODE_SUCCESS = 0
+CODE_REQUEST = 4
 CODE_SUMMARY = 6
 #: seconds within which a tracker must answer
 DEFAULT_TIMEOUT = 10.0
@@ -85,8 +86,9 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
     return data
 
 
-def _ask(remote: Remote, message: list) -> list:
-    """Send one message to the tracker and return its answer, all within ``remote.timeout``."""
+def _ask(remote: Remote, message: list, silent: str | None = None) -> list:
+    """Send one message to the tracker and return its answer, all within ``remote.timeout``
+    (``silent``: what a tracker that says nothing in that time means, if not that it is down)."""
     try:
         with socket.create_connection((remote.host, remote.port), timeout=remote.timeout) as sock:
             sock.settimeout(remote.timeout)
@@ -101,7 +103,8 @@ def _ask(remote: Remote, message: list) -> list:
     except TrackerError:
         raise
     except socket.timeout:
-        raise TrackerError(f"the RPC tracker at {remote.address} did not answer within {remote.timeout:g} s") from None
+        raise TrackerError(silent or f"the RPC tracker at {remote.address} did not answer within "
+                                     f"{remote.timeout:g} s") from None
     except (OSError, ConnectionError, ValueError) as e:
         raise TrackerError(f"the RPC tracker at {remote.address} cannot be reached "
                            f"({type(e).__name__}: {e})") from None
@@ -134,6 +137,19 @@ def summary(remote: Remote) -> Summary:
         addr = s.get("addr") or ["?", "?"]
         servers.append((key, f"{addr[0]}:{addr[1]}"))
     return Summary(dict(info.get("queue_info", {})), servers)
+
+
+def request(remote: Remote, priority: int = 1) -> tuple[str, int, str]:
+    """(host, port, match key) of a device under the key, as the tracker hands it to a client that
+    asks for a session, within ``remote.timeout`` (a request not answered by then is dropped: the
+    tracker forgets it when the connection closes). TVM's ``rpc.connect`` opens the session."""
+    answer = _ask(remote, [CODE_REQUEST, remote.key, "", priority],
+                  silent=f"no device under key {remote.key!r} at the RPC tracker {remote.address} became free "
+                         f"within {remote.timeout:g} s")
+    if not isinstance(answer, list) or not answer or answer[0] != CODE_SUCCESS or len(answer) < 2:
+        raise TrackerError(f"the RPC tracker at {remote.address} refused a session ({answer!r})")
+    host, port, match = answer[1]
+    return str(host), int(port), str(match)
 
 
 def devices(remote: Remote) -> int:
