@@ -208,14 +208,13 @@ class EqSatPass:
         self.last_report = None
         try:
             opts = resolve_options(self.options, ctx)
-            remote_from_options(opts["rpc_tracker"], opts["rpc_key"])  # both or neither
+            remote = remote_from_options(opts["rpc_tracker"], opts["rpc_key"])  # ValueError: one without the other
         except (ValueError, TypeError) as e:
             warn(f"EqSatPass: bad option ({e}); module left unchanged")
             return mod
         self.last_options = opts
         # a tracker named but down, or without a device under the key, is an error the user must see
         # (RemoteUnavailable), not a quiet fallback to predictions: it fails within its timeout
-        remote = remote_from_options(opts["rpc_tracker"], opts["rpc_key"])
         device = probe_device(remote, opts["target"] or host_target()) if remote is not None else ""
         if self.params:
             mod = bind_params(mod, self.params)

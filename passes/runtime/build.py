@@ -109,16 +109,27 @@ def executor(lib, dev=None) -> graph_executor.GraphModule:
     (:func:`module_device`), so that timers time it there."""
     if isinstance(lib, graph_executor.GraphModule):
         return lib
-    dev = dev if dev is not None else tvm.cpu(0)
-    m = graph_executor.GraphModule(lib["default"](dev))
-    m.relay_eqsat_device = dev
+    return loaded_executor(lib.get_lib(), lib["default"], dev if dev is not None else tvm.cpu(0))
+
+
+def loaded_executor(library, factory, dev) -> graph_executor.GraphModule:
+    """A graph executor from ``factory`` on ``dev`` that remembers both ``dev`` and the runtime
+    module its kernels were loaded from (``library``: this machine's, or a remote device's), for
+    :func:`module_device` and :func:`module_library`."""
+    m = graph_executor.GraphModule(factory(dev))
+    m.relay_eqsat_device, m.relay_eqsat_library = dev, library
     return m
 
 
 def module_device(m):
-    """The device a graph executor runs on (:func:`executor` and the remote places set it; the
-    CPU otherwise)."""
+    """The device a graph executor runs on (:func:`loaded_executor` records it; the CPU otherwise)."""
     return getattr(m, "relay_eqsat_device", None) or tvm.cpu(0)
+
+
+def module_library(m, lib):
+    """The runtime module a graph executor's kernels come from (:func:`loaded_executor` records it;
+    else the built factory ``lib``'s own)."""
+    return getattr(m, "relay_eqsat_library", None) or lib.get_lib()
 
 
 def set_inputs(m: graph_executor.GraphModule, inputs: Mapping[str, np.ndarray]) -> None:

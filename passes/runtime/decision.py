@@ -256,11 +256,7 @@ def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, 
         res = compare_modules(before, after, seed=opts["seed"], target=target,
                               time_repeat=RUNTIME_REPEAT if timed else 0,
                               time_limit=float(opts["check_time_limit"]), others=others, place=place)
-        if place is not None:
-            place.close()  # the device goes back to the tracker
     except EqSatVerificationError as e:
-        if place is not None:
-            place.close()
         if opts.get("verify"):
             raise
         warn(f"EqSatPass: the optimized program computes different outputs ({e}); module left unchanged")
@@ -271,16 +267,16 @@ def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, 
             warn(f"EqSatPass: {place.where} went away during the runtime check; module left unchanged")
             report.update(changed=False, reason=f"not judged: the device ({place.where}) went away during the "
                                                 "runtime check; input kept")
-            place.close()
             return None
-        if place is not None:
-            place.close()
         if opts.get("verify"):
             raise
         warn(f"EqSatPass: building for the runtime check failed ({type(e).__name__}: "
              f"{str(e).strip().splitlines()[-1] if str(e).strip() else ''}); module left unchanged")
         report.update(changed=False, reason=f"rejected: build failed ({type(e).__name__})")
         return None
+    finally:
+        if place is not None:
+            place.close()  # the device goes back to the tracker
     report["verify_error"] = res["max_error"]
     if not timed:
         return 0

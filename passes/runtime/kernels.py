@@ -27,7 +27,7 @@ from relay_eqsat.graph import TensorGraph, TensorType
 
 from relay_eqsat.passes import zoo
 from relay_eqsat.passes.relay.backend import to_relay
-from .build import build, set_inputs
+from .build import build, module_library, set_inputs
 from .remote import Place
 from .timing import debug_overhead, layout_transform_seconds, node_times, time_module
 from .torch_ops import torch_closure
@@ -156,13 +156,13 @@ class TVMRunner:
         m, lib, inputs, dev = self._load(inst)
         with self._timing():
             seconds, repeats = time_module(m, dev, cfg.repeat, cfg.number, cfg.min_repeat_ms, cfg.warmup)
-            layout = self._layout_seconds(lib, dev, inputs)
+            layout = self._layout_seconds(m, lib, dev, inputs)
         return max(seconds - layout, seconds * 0.05), repeats
 
-    def _layout_seconds(self, lib, dev, inputs) -> float:
+    def _layout_seconds(self, m, lib, dev, inputs) -> float:
         cfg = self.config
         return layout_transform_seconds(lib, dev, inputs, cfg.repeat, cfg.min_repeat_ms, self.debug_overhead,
-                                        module=lambda: self.place.module(lib))
+                                        module=module_library(m, lib))
 
     def debug_overhead(self) -> float:
         """Seconds the debug executor's timing adds to each kernel here (`runtime.debug_overhead`),
@@ -175,7 +175,7 @@ class TVMRunner:
             m, lib, inputs, dev = self._load(OVERHEAD_PROBE)
             whole = time_module(m, dev, cfg.repeat, 0, cfg.min_repeat_ms, cfg.warmup)[0]
             times = node_times(lib, dev, inputs, 10, cfg.repeat, max(1, int(round(cfg.min_repeat_ms / 4))),
-                               module=self.place.module(lib))
+                               module=module_library(m, lib))
             self._overhead = debug_overhead(times, whole)
         return self._overhead
 
@@ -202,7 +202,7 @@ class TVMRunner:
         negative: timing noise)."""
         loaded = [self._load(inst), self._load(group_anchor(inst))]
         with self._timing():
-            layout = [self._layout_seconds(lib, dev, inputs) for _, lib, inputs, dev in loaded]
+            layout = [self._layout_seconds(m, lib, dev, inputs) for m, lib, inputs, dev in loaded]
             return self._paired(*loaded, less=layout)
 
     def _paired(self, first, second, per_first: int = 1, less=(0.0, 0.0)) -> tuple[float, int]:

@@ -13,6 +13,7 @@ that went away from a program that failed.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -24,7 +25,7 @@ from tvm.contrib import graph_executor
 
 from relay_eqsat.cost.tracker import Remote, TrackerError, devices, remote_from_options, request
 
-from .build import executor
+from .build import executor, loaded_executor
 
 class RemoteLost(RuntimeError):
     """The remote device went away (its session broke)."""
@@ -45,15 +46,11 @@ class Place:
         """A graph executor of the built factory ``lib`` on this place's device."""
         return executor(lib, self.dev)
 
-    def module(self, lib):
-        """The runtime module of ``lib`` as loaded here (the debug executor takes it)."""
-        return lib.get_lib()
-
     def alive(self) -> bool:
         return True
 
     def close(self) -> None:
-        pass
+        """Release the device (this machine's holds nothing)."""
 
 
 #: sysfs files a remote's CPU is told by (proc files cannot be downloaded: they report no size)
@@ -143,7 +140,8 @@ class RemotePlace(Place):
         lib.export_library(path)
         return path
 
-    def module(self, lib):
+    def _upload(self, lib):
+        """``lib`` exported, uploaded and loaded on the device: its runtime module there."""
         path = self._export(lib)
         name = os.path.basename(path)
         try:
@@ -155,20 +153,16 @@ class RemotePlace(Place):
             raise
         finally:
             os.remove(path)
-        try:
+        with contextlib.suppress(Exception):  # else the file stays in the server's temporary folder
             self.session.remove(name)
-        except Exception:  # noqa: BLE001 - the file stays in the server's temporary folder
-            pass
         return loaded
 
     def load(self, lib) -> graph_executor.GraphModule:
         if isinstance(lib, graph_executor.GraphModule):
             return lib
-        loaded = self.module(lib)
+        loaded = self._upload(lib)
         try:
-            m = graph_executor.GraphModule(loaded["default"](self.dev))
-            m.relay_eqsat_device = self.dev
-            return m
+            return loaded_executor(loaded, loaded["default"], self.dev)
         except Exception as e:  # noqa: BLE001
             self._raise_if_lost(e)
             raise

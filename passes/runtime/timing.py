@@ -116,18 +116,18 @@ def _is_layout_transform(node: dict) -> bool:
 
 def layout_transform_seconds(lib, dev, inputs: Mapping[str, np.ndarray], repeat: int = 7,
                              min_repeat_ms: float = 20.0, overhead: float | Callable[[], float] = 0.0,
-                             module: Callable[[], object] | None = None) -> float:
+                             module=None) -> float:
     """Seconds a run of the built ``lib`` spends in its ``layout_transform`` kernels, from the
     debug executor's per-node medians (:func:`node_times`: ``repeat`` timings, each at least a
     quarter of ``min_repeat_ms``), each less ``overhead`` (a figure, or a function giving it, called
     only where there are layout transforms): the debug executor's own cost per kernel timed
-    (:func:`debug_overhead`). 0 when it has none. ``module``: gives the runtime module of ``lib``
-    loaded on ``dev`` (called only where there are layout transforms; :func:`node_times`)."""
+    (:func:`debug_overhead`). 0 when it has none. ``module``: the runtime module of ``lib`` as
+    loaded on ``dev`` (:func:`node_times`)."""
     if not any(_is_layout_transform(n) for n in json.loads(lib.get_graph_json())["nodes"]):
         return 0.0
     over = overhead() if callable(overhead) else overhead
     times = node_times(lib, dev, inputs, 10, repeat, max(1, int(round(min_repeat_ms / 4))),
-                       module=module() if module is not None else None)
+                       module=module)
     return sum(max(0.0, t - over) for n, t in times if _is_layout_transform(n) and t is not None)
 
 

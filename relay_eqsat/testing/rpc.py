@@ -8,6 +8,7 @@ that loses power would), and waits until the tracker lists them all free. Tests 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -86,14 +87,10 @@ class RpcCluster:
     def kill(self, proc: subprocess.Popen) -> None:
         """Kill a process and every process of its group (a server and its sessions) at once."""
         if proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
 
     def stop(self) -> None:
         for p in self.servers:
