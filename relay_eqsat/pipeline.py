@@ -326,7 +326,9 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
             break  # nothing to calibrate, or no candidate: the input stands
         candidates.append((out, solution))
         if calibrator is None:
-            calibrator = Calibrator(cost_model, calibrate_time_limit, progress=progress)
+            # the whole programs timed next decide: the kernels both run need no measuring
+            calibrator = Calibrator(cost_model, calibrate_time_limit, progress=progress,
+                                    differences_only=runtime_decides)
         if not calibrator.measure([graph, out]):
             break  # the compared kernels' costs did not change: the extraction stands
     else:  # out of rounds (every round calibrated a candidate)

@@ -154,6 +154,27 @@ def test_calibration_measures_the_compared_kernels_once(cost_db):
     assert rep2.cost_after == pytest.approx(rep.cost_after) and rep2.changed == rep.changed
 
 
+def test_when_the_runtime_decides_calibration_measures_only_what_differs(cost_db):
+    """The runtime check times the whole programs next: calibration measures the kernels the input
+    and the candidate do not share (both sides of each rewrite), and leaves the shared ones as the
+    model prices them; without it, every kernel of both is measured."""
+    from relay_eqsat.cost.instance import instances_from_graph
+
+    g = parallel_dense_graph()
+    opts = {"final_extractor": "greedy-ocf", "node_limit": 2000}
+    out, rep = optimize_graph(g, opts, cost_model=launch_heavy_model(cost_db), calibrate=True,
+                              runtime_decides=True)
+    cal = rep.info["calibration"]
+    before = {i.key() for i in instances_from_graph(g)}
+    after = {i.key() for i in instances_from_graph(out)}
+    assert rep.changed and before & after and before ^ after
+    assert cal["measured"] == len(before ^ after) and cal["shared"] == len(before & after) and cal["complete"]
+    model = launch_heavy_model(cost_db)  # what the database holds now: the differing kernels only
+    assert {i.key() for i in instances_from_graph(g) + instances_from_graph(out) if model.is_measured(i)} == before ^ after
+    cal_all = optimize_graph(g, opts, cost_model=launch_heavy_model(cost_db), calibrate=True)[1].info["calibration"]
+    assert cal_all["measured"] == len(before & after) and cal_all["shared"] == 0
+
+
 def test_calibration_stops_at_its_time_limit(cost_db):
     g = parallel_dense_graph()
     out, rep = optimize_graph(g, {"final_extractor": "greedy-ocf"}, cost_model=launch_heavy_model(cost_db),
@@ -525,7 +546,7 @@ def _scripted_calibration(monkeypatch, price, measured_as, **kwargs):
             return _relu_chain(n), Solution(choice={}, cost=price[n], status="scripted")
 
     class Calibrator:
-        def __init__(self, cost_model, time_limit, progress=None):
+        def __init__(self, cost_model, time_limit, progress=None, differences_only=False):
             self.rounds = 0
 
         def measure(self, graphs):
@@ -580,7 +601,9 @@ def test_calibrations_other_candidates_go_to_the_runtime_check(monkeypatch):
 def test_the_runtime_check_keeps_the_fastest_of_the_candidates(monkeypatch, cost_db, builds):
     """The result and calibration's other candidates are built, checked and timed in the same rounds;
     the fastest is judged as the result would be and, kept, comes with its own report figures; the
-    next run returns it without a search. With ``verify`` only the result is built and timed."""
+    next run returns it without a search. With ``verify`` only the result is built and timed. The
+    other is built beside the input and the result (three build slots); with two, it waits for
+    none, and is not built."""
     from relay_eqsat.pipeline import Candidate
     from relay_eqsat.passes.relay.frontend import from_relay
     from relay_eqsat.passes.relay.backend import to_relay
@@ -600,7 +623,7 @@ def test_the_runtime_check_keeps_the_fastest_of_the_candidates(monkeypatch, cost
 
     monkeypatch.setattr(decision, "time_rounds", rounds)
     mod = dense_net()
-    p = EqSatPass()
+    p = EqSatPass(jobs=3)
     out = p(mod)
     rep = p.last_report
     assert timed == [3] and len(builds) == 3 and not out.same_as(mod)
@@ -612,11 +635,35 @@ def test_the_runtime_check_keeps_the_fastest_of_the_candidates(monkeypatch, cost
     assert "fastest of 2 candidates" in eqsat_pass.format_summary(rep)
     x = {"x": np.random.default_rng(5).standard_normal((1, 64)).astype("float32")}
     np.testing.assert_allclose(run(build(out), x)[0], run(build(mod), x)[0], rtol=1e-5, atol=1e-5)
-    q = EqSatPass()
+    q = EqSatPass(jobs=3)
     out2 = q(mod)  # remembered: the program chosen, no search, no build
     assert q.last_report["runtime_check_cached"] and len(builds) == 3 and program_hash(out2) == program_hash(out)
-    EqSatPass(verify=True)(mod)
+    EqSatPass(verify=True, jobs=3)(mod)
     assert len(builds) == 5 and timed == [3, 2]  # the input and the result only
+    r = EqSatPass(jobs=2, seed=1)  # two slots, both taken by the input and the result: the other waits for none
+    r(mod)
+    assert len(builds) == 7 and timed == [3, 2, 2] and r.last_report["runtime_others_unbuilt"] == 1
+
+
+def test_the_runtime_check_builds_in_child_processes_the_input_from_the_start(monkeypatch, cost_db, builds):
+    """The input's build starts before the optimizer runs, in the background; the result's beside it;
+    where programs cannot be built in a child (no C++ compiler to export them), both are built here.
+    The verdict and the program are the same either way."""
+    monkeypatch.setattr(decision, "time_rounds", lambda modules, **kw: [[2e-3] * 9, [1e-3] * 9])
+    mod = dense_net()
+    p = EqSatPass()
+    out = p(mod)
+    rep = p.last_report
+    assert not out.same_as(mod) and rep["runtime_wins"] == "9/9" and len(builds) == 2
+    (inp, res) = rep["check_builds"]
+    assert inp["what"] == "the input" and inp["background"] and inp["state"] == res["state"] == "built"
+    assert res["what"] == "the result" and not res["background"] and inp["started"] <= res["started"]
+    assert rep["check_timing_seconds"] >= 0
+    monkeypatch.setenv("CXX", "no-such-compiler-here")
+    q = EqSatPass(seed=1)
+    out2 = q(mod)
+    assert "check_builds" not in q.last_report and q.last_report["runtime_wins"] == "9/9" and len(builds) == 4
+    assert program_hash(out2) == program_hash(out)
 
 
 def test_other_candidates_are_built_only_where_the_rounds_still_fit(monkeypatch, cost_db, builds):
@@ -635,12 +682,12 @@ def test_other_candidates_are_built_only_where_the_rounds_still_fit(monkeypatch,
     timed = []
     monkeypatch.setattr(decision, "time_rounds",
                         lambda modules, **kw: timed.append((len(modules), kw["repeat"])) or [[2e-3] * 9, [1e-3] * 9])
-    p = EqSatPass()
+    p = EqSatPass(jobs=3)  # a slot for the other beside the input and the result
     p(dense_net())
     assert len(builds) == 2 and timed == [(2, 9)]
     assert p.last_report["runtime_others_untimed"] == 1 and "runtime_candidates" not in p.last_report
     monkeypatch.setattr(decision, "one_run_seconds", lambda m, first_run_s, budget, min_rounds: 100.0)
-    q = EqSatPass(seed=3)  # a round too slow for the limit: rule 3 decides, the other is not built
+    q = EqSatPass(seed=3, jobs=3)  # a round too slow for the limit: rule 3 decides, the other is not built
     q(dense_net())
     assert len(builds) == 4 and timed == [(2, 9)] and "runtime_untimed" in q.last_report
 

@@ -8,6 +8,7 @@ remembered by :mod:`relay_eqsat.passes.runtime.verdicts`.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -28,6 +29,7 @@ from .config import resolve_options
 from .scale_guard import runtime_scaled_weights
 from .simplify_copies import copied_ops
 from relay_eqsat.cost.tracker import remote_from_options
+from relay_eqsat.passes.runtime.builder import Builder, unavailable
 from relay_eqsat.passes.runtime.decision import RUNTIME_SETTINGS, judge, runtime_check
 from relay_eqsat.passes.runtime.remote import probe_device
 from relay_eqsat.passes.runtime.target import host_target
@@ -216,6 +218,12 @@ class EqSatPass:
         # a tracker named but down, or without a device under the key, is an error the user must see
         # (RemoteUnavailable), not a quiet fallback to predictions: it fails within its timeout
         device = probe_device(remote, opts["target"] or host_target()) if remote is not None else ""
+        with contextlib.ExitStack() as stack:  # the builds in child processes stop when the pass ends
+            return self._transform(mod, opts, remote, device, stack)
+
+    def _transform(self, mod: tvm.IRModule, opts: Mapping[str, Any], remote, device: str,
+                   stack: contextlib.ExitStack) -> tvm.IRModule:
+        builds = None
         if self.params:
             mod = bind_params(mod, self.params)
         t0 = time.perf_counter()
@@ -240,6 +248,11 @@ class EqSatPass:
                 # an earlier run measured this model's result faster: the same program, no search
                 new_graph, report = won[0], dict(won[1], changed=True, judged_by=judgement.notes)
             else:
+                if ((judgement.check_runtime or opts["verify"]) and judgement.remote is None
+                        and unavailable(target) is None):
+                    # the input's build starts now, on the CPU time calibration leaves
+                    builds = stack.enter_context(Builder(target, opts["jobs"]))
+                    builds.submit(typed, "the input", background=True)
                 new_graph, report = optimize(graph, dict(opts, target=target, cost=cost_model,
                                                          calibrate=judgement.calibrate, min_gain=judgement.min_gain,
                                                          runtime_decides=judgement.check_runtime))
@@ -284,8 +297,10 @@ class EqSatPass:
                     report["reason"] = f"{report.get('reason', 'measured faster')} (remembered from an earlier run)"
             else:
                 t_check = time.perf_counter()
-                chosen = runtime_check(typed, new_mod, opts, report, judgement, [m for m, _ in others])
+                chosen = runtime_check(typed, new_mod, opts, report, judgement, [m for m, _ in others], builds)
                 report["check_seconds"] = time.perf_counter() - t_check
+                if builds is not None:
+                    report["check_builds"] = builds.summary()
                 keep = chosen is not None
                 if chosen:  # one of calibration's other candidates measured fastest
                     mod_chosen, cand = others[chosen - 1]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+import time
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -148,7 +149,7 @@ def wins_needed(rounds: int, alpha: float = RUNTIME_ALPHA) -> int:
 def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rtol: float = 1e-4,
                     target: str | None = None, time_repeat: int = 0,
                     time_limit: float | None = None, others: Sequence[tvm.IRModule] = (),
-                    place=None) -> dict[str, Any]:
+                    place=None, builds=None) -> dict[str, Any]:
     """Build both modules for ``target`` (default: the host), run them on the
     same random inputs and raise :class:`EqSatVerificationError` if an output
     differs by more than ``rtol * max|output|``. With ``time_repeat``,
@@ -165,12 +166,28 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
     lowest median ratio, the figures above are its, and ``candidates`` holds every one's
     (``ratio``, ``wins``, ``runtime``). ``max_error`` is the largest of theirs.
 
-    ``place`` (:mod:`.remote`): the device the programs run and are timed on (default: here)."""
-    inputs = _check_inputs(before, seed)
-    m_before, ref, _, first_before = build_and_run(before, inputs, target, place=place)
+    ``place`` (:mod:`.remote`): the device the programs run and are timed on (default: here).
 
-    def built_and_checked(mod):
-        m, got, _, first = build_and_run(mod, inputs, target, place=place)
+    ``builds`` (a :class:`~.builder.Builder`): the programs are built in its child processes, the
+    input (when not submitted already), the result and, beside them, the others, at once; an other
+    is built only if a slot is free for it when the check begins (never after the result: the
+    alternatives cost no build time of their own; ``others_unbuilt``: how many were not)."""
+    inputs = _check_inputs(before, seed)
+    jobs = {}
+    if builds is not None:
+        jobs = {id(m): builds.submit(m, what) for m, what in ((before, "the input"), (after, "the result"))}
+        for k, mod in enumerate(others if time_repeat > 0 else ()):
+            jobs[id(mod)] = builds.submit(mod, f"alternative {k + 1}", beside=True)
+
+    def run(mod, what):
+        job = jobs.get(id(mod))
+        return build_and_run(mod, inputs, target, place=place, what=what,
+                             built=None if job is None else (lambda: builds.wait(job)))
+
+    m_before, ref, _, first_before = run(before, "the input")
+
+    def built_and_checked(mod, what="the result"):
+        m, got, _, first = run(mod, what)
         err, why = output_error(ref, got)
         if why is not None:
             raise EqSatVerificationError(why)
@@ -187,29 +204,46 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
     def plan(run_seconds):
         return plan_timing(run_seconds, time_limit, max_repeat=time_repeat, fill_ms=RUNTIME_MIN_REPEAT_MS)
 
+    timing_s = [0.0]  # seconds spent timing (not building): the rounds and each program's run time
+
+    def run_seconds(m, first):
+        t = time.perf_counter()
+        seconds = one_run_seconds(m, first, limit, RUNTIME_MIN_ROUNDS)
+        timing_s[0] += time.perf_counter() - t
+        return seconds
+
     runs = [m_before, m_after]
-    one_run = [one_run_seconds(m, first, limit, RUNTIME_MIN_ROUNDS)
-               for m, first in ((m_before, first_before), (m_after, first_after))]
+    one_run = [run_seconds(m, first) for m, first in ((m_before, first_before), (m_after, first_after))]
     rounds = plan(one_run).repeat
     if rounds < min(RUNTIME_MIN_ROUNDS, time_repeat):
         per_round = round_seconds(one_run, plan(one_run), RUNTIME_MIN_REPEAT_MS)
         out["untimed"] = (f"one timing round takes {per_round:.2f} s: {RUNTIME_MIN_ROUNDS} rounds do not "
                           f"fit in check_time_limit={time_limit:g} s")
         return out
-    for mod in others:  # built and timed only while the rounds still fit with it (it runs about as long as the result)
+    if builds is not None:  # an other with no free slot beside the result is not built
+        unbuilt = [mod for mod in others if jobs.get(id(mod)) is None]
+        others = [mod for mod in others if jobs.get(id(mod)) is not None]
+        if unbuilt:
+            out["others_unbuilt"] = len(unbuilt)
+    for k, mod in enumerate(others):  # built and timed only while the rounds still fit with it (it runs about as long as the result)
         if plan(one_run + [one_run[1]]).repeat < rounds:
             break
-        m, first, err = built_and_checked(mod)
+        m, first, err = built_and_checked(mod, f"alternative {k + 1}")
         out["max_error"] = max(out["max_error"], err)
-        seconds = one_run_seconds(m, first, limit, RUNTIME_MIN_ROUNDS)
+        seconds = run_seconds(m, first)
         if plan(one_run + [seconds]).repeat < rounds:
             break  # it ran slower than the result
         runs.append(m)
         one_run.append(seconds)
     if len(runs) - 2 < len(others):
         out["others_untimed"] = len(others) - (len(runs) - 2)
+        for mod in others[len(runs) - 2:]:
+            if jobs.get(id(mod)) is not None:
+                builds.cancel(jobs[id(mod)])
     wall = list(plan(one_run).wall)
+    t = time.perf_counter()
     t_before, *t_after = time_rounds(runs, repeat=rounds, min_repeat_ms=RUNTIME_MIN_REPEAT_MS, wall=wall)
+    out["timing_seconds"] = timing_s[0] + time.perf_counter() - t
     candidates = []
     for t in t_after:
         ratio, wins = paired_ratio(t_before, t)
@@ -224,7 +258,8 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
 
 
 def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, Any],
-                  report: dict, judgement: Judgement, others: Sequence[tvm.IRModule] = ()) -> int | None:
+                  report: dict, judgement: Judgement, others: Sequence[tvm.IRModule] = (),
+                  builds=None) -> int | None:
     """``verify`` and the runtime check: which program to keep, ``after`` (0), one of ``others``
     (its index + 1: calibration's other candidates, timed in the same rounds, the fastest of them
     all judged) or none (None, the input stays); notes what it found in ``report``. A numerical
@@ -235,7 +270,9 @@ def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, 
     rounds, when a round is too slow for ``check_time_limit``, in
     :func:`wins_needed` of them; when not even :data:`RUNTIME_MIN_ROUNDS` fit,
     the predicted gain must exceed ``judgement.fallback_gain``). Outputs are
-    compared on the host when the target does not run here."""
+    compared on the host when the target does not run here. ``builds``: a
+    :class:`~.builder.Builder` the programs are built by (:func:`compare_modules`; not for a device
+    of the RPC tracker: those programs are built here)."""
     timed = judgement.check_runtime
     others = others if timed else ()
     target = opts.get("target")
@@ -255,7 +292,8 @@ def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, 
     try:
         res = compare_modules(before, after, seed=opts["seed"], target=target,
                               time_repeat=RUNTIME_REPEAT if timed else 0,
-                              time_limit=float(opts["check_time_limit"]), others=others, place=place)
+                              time_limit=float(opts["check_time_limit"]), others=others, place=place,
+                              builds=builds if place is None else None)
     except EqSatVerificationError as e:
         if opts.get("verify"):
             raise
@@ -292,9 +330,11 @@ def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, 
                                               res["wins"], res["rounds"])
     chosen = res.get("chosen", 0)
     report.update(runtime_before=before_s, runtime_after=after_s, measured_speedup=1.0 / ratio,
-                  runtime_wins=f"{wins}/{rounds}")
+                  runtime_wins=f"{wins}/{rounds}", check_timing_seconds=res["timing_seconds"])
     if res.get("others_untimed"):
         report["runtime_others_untimed"] = res["others_untimed"]
+    if res.get("others_unbuilt"):
+        report["runtime_others_unbuilt"] = res["others_unbuilt"]
     if "candidates" in res:
         report["runtime_candidates"] = [{"measured_speedup": 1.0 / c["ratio"], "runtime_wins": f"{c['wins']}/{rounds}"}
                                         for c in res["candidates"]]

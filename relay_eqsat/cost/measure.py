@@ -116,7 +116,7 @@ class MeasureResult:
 
 # -- targets and backends -------------------------------------------------------
 
-def _child_env() -> dict:
+def child_env() -> dict:
     """The environment of a child Python: this process's, with its ``sys.path``, so that the
     child imports the same packages (and the picklable hooks tests hand the worker)."""
     env = dict(os.environ)
@@ -132,7 +132,7 @@ def _run_in_subprocess(spec: str, timeout: float = 120.0):
     code = ("import pickle, sys, importlib; m = importlib.import_module(sys.argv[1]); "
             "sys.stdout.buffer.write(pickle.dumps(getattr(m, sys.argv[2])()))")
     out = subprocess.run([sys.executable, "-c", code, module, function], capture_output=True,
-                         timeout=timeout, env=_child_env(), stdin=subprocess.DEVNULL, check=True)
+                         timeout=timeout, env=child_env(), stdin=subprocess.DEVNULL, check=True)
     return pickle.loads(out.stdout)
 
 
@@ -254,7 +254,7 @@ class Measurer:
             # its own session: a Ctrl-C at the terminal interrupts the parent only, which kills
             # the worker (a worker whose parent is gone sees its connection close and ends)
             proc = subprocess.Popen([sys.executable, "-m", WORKER_MODULE, str(child.fileno())],
-                                    pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, env=_child_env(),
+                                    pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, env=child_env(),
                                     start_new_session=True)
         conn = Connection(parent.detach())
         self._proc, self._conn, self._fresh = proc, conn, True

@@ -1,0 +1,64 @@
+"""The build process of a :class:`~relay_eqsat.passes.runtime.builder.Builder`:
+``python -m relay_eqsat.passes.runtime.build_worker SPEC``.
+
+SPEC is a JSON file: ``module`` (the Relay module, ``tvm.ir.save_json``'s text, in its own
+file), ``target``, ``opt_level``, ``out`` (the shared library to write) and ``background``
+(build only on a CPU nothing else wants: ``SCHED_IDLE``, taken before TVM is imported). The
+program is built with :func:`~relay_eqsat.passes.runtime.build.build` and exported with the
+host's compiler; ``out + ".json"`` then says the build's seconds. A failure writes
+``out + ".err"`` (the error's last line first) and exits with status 1. Started by module name,
+so the parent's ``__main__`` script is never run again here.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+
+def lower_priority() -> str:
+    """Run from now on only on CPUs nothing else wants (``SCHED_IDLE``; else the lowest nice):
+    what this process got."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        return "idle"
+    except (AttributeError, OSError):
+        try:
+            os.nice(19)
+            return "nice 19"
+        except OSError:
+            return "normal"
+
+
+def main(spec_path: str) -> int:
+    with open(spec_path) as f:
+        spec = json.load(f)
+    out = spec["out"]
+    try:
+        if spec.get("background"):
+            lower_priority()
+        import tvm
+
+        from relay_eqsat.passes.runtime.build import build
+
+        with open(spec["module"]) as f:
+            mod = tvm.ir.load_json(f.read())
+        t0 = time.perf_counter()
+        lib = build(mod, target=spec["target"], opt_level=int(spec.get("opt_level", 3)))
+        build_s = time.perf_counter() - t0
+        lib.export_library(out + ".part.so")
+        os.replace(out + ".part.so", out)
+        with open(out + ".json", "w") as f:
+            json.dump({"build_s": build_s, "export_s": time.perf_counter() - t0 - build_s}, f)
+        return 0
+    except BaseException as e:  # noqa: BLE001 - every failure is told to the parent
+        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()] or [type(e).__name__]
+        with open(out + ".err", "w") as f:
+            f.write(f"{type(e).__name__}: {lines[-1][:500]}\n{traceback.format_exc()[-4000:]}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
