@@ -230,7 +230,8 @@ def summarize_rpc_measure(d: Mapping, header: Mapping) -> dict[str, dict]:
                            "speedup_vs_local1", "vs_local1_median", "vs_local1_p90"),
             "verdicts": ("model", "predicted_speedup", "same_verdict", "note"),
             "first_run": ("model", "config", "pass_s", "calibration_s", "kernels_measured", "search_s", "extract_s",
-                          "check_s", "tvm_build_s", "pass_over_build", "changed", "measured_speedup", "error")}
+                          "check_s", "check_timing_s", "tvm_build_s", "pass_over_build", "goal_s", "within_goal",
+                          "changed", "measured_speedup", "others_timed", "error")}
     out: dict[str, Any] = {"table": "rpc_measure", **header}
     for part, fields in keep.items():
         rows = []
@@ -487,17 +488,21 @@ def rpc_measure_block(s: Mapping) -> str:
     if s.get("first_run"):
         out += ["", "The pass's first run on a CPU without shipped data (`relay-eqsat optimize`, empty cost "
                 "database), seconds, against TVM's own build of the model:", "",
-                "| model | config | pass | calibration (kernels) | search | extraction with calibration | runtime check | "
-                "TVM build | pass / build | result |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                "| model | config | pass | calibration (kernels) | search | extraction with calibration | runtime check "
+                "(of it timing) | TVM build | pass / build | goal: 2 builds + timing | result |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in s["first_run"]:
             if r.get("error"):
-                out.append(f"| {r['model']} | {r['config']} | failed | | | | | | | |")
+                out.append(f"| {r['model']} | {r['config']} | failed | | | | | | | | |")
                 continue
             result = f"{times(r.get('measured_speedup'))}" if r.get("changed") else "input kept"
+            timing = f" ({seconds(r['check_timing_s'])})" if r.get("check_timing_s") is not None else ""
+            goal = (f"{seconds(r['goal_s'])}{' met' if r.get('within_goal') else ' not met'}"
+                    if r.get("goal_s") is not None else "–")
             out.append(f"| {r['model']} | {r['config']} | {seconds(r.get('pass_s'))} | "
                        f"{seconds(r.get('calibration_s'))} ({r.get('kernels_measured')}) | {seconds(r.get('search_s'))} | "
-                       f"{seconds(r.get('extract_s'))} | {seconds(r.get('check_s'))} | {seconds(r.get('tvm_build_s'))} | "
-                       f"{ratio(r.get('pass_over_build'), 1)} | {result} |")
+                       f"{seconds(r.get('extract_s'))} | {seconds(r.get('check_s'))}{timing} | "
+                       f"{seconds(r.get('tvm_build_s'))} | {ratio(r.get('pass_over_build'), 1)} | {goal} | {result} |")
     out.append("")
     out += _goals(s)
     return "\n".join(out)

@@ -10,6 +10,9 @@ once by ``bench/export_onnx.py`` in the export venv):
    of a ``tvm.exec.rpc_tracker``, every server measuring at once). Kernels per second, and each
    kernel's time against ``local1``'s (median and 90th percentile of |ratio - 1|): how far a
    configuration disturbs the timings it takes.
+   ``local2+build``: ``local2`` while the model builds beside it at the lowest CPU priority, as the
+   pass's input does during calibration (``passes/runtime/builder.py``): whether that disturbs the
+   timings.
 2. ``verdicts``: the pass's candidate for each model (its defaults with the runtime check off and
    min_gain 0, so there is one), judged by the runtime check here and over RPC (the same programs
    uploaded to the server and timed there): both verdicts and measured speedups.
@@ -28,12 +31,14 @@ kernels at once. Nothing else may run while this times.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -44,11 +49,13 @@ import tables  # noqa: E402
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 KEY = "relay-eqsat-bench"
-CONFIGS = ("local1", "local1", "local2", "rpc1", "rpc2")
+CONFIGS = ("local1", "local1", "local2", "local2+build", "rpc1", "rpc2")
 
 
 def config_kind(name: str) -> tuple[str, int]:
-    """("local" | "rpc", count) of a configuration name like ``local2`` or ``rpc1``."""
+    """("local" | "rpc", count) of a configuration name like ``local2`` or ``rpc1`` (a ``+build``
+    suffix: see :func:`building_beside`)."""
+    name = name.removesuffix("+build")
     for kind in ("local", "rpc"):
         if name.startswith(kind) and name[len(kind):].isdigit() and int(name[len(kind):]) > 0:
             return kind, int(name[len(kind):])
@@ -77,6 +84,35 @@ def disagreement(times: dict, reference: dict) -> tuple[float | None, float | No
     return statistics.median(devs), devs[min(len(devs) - 1, int(0.9 * len(devs)))]
 
 
+@contextlib.contextmanager
+def building_beside(mod, target):
+    """The model built over and over in the background while the block runs, at the priority the
+    pass's input build has during calibration (``Builder(...).submit(background=True)``)."""
+    import tvm
+
+    from relay_eqsat.passes.runtime.builder import Builder
+
+    stop = threading.Event()
+    builds = Builder(target, slots=1)
+    text = tvm.ir.save_json(mod)
+
+    def loop():
+        while not stop.is_set():
+            job = builds.submit(tvm.ir.load_json(text), "the model", background=True)
+            while not job.finished and not stop.is_set():
+                builds.running()
+                time.sleep(0.1)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield builds
+    finally:
+        stop.set()
+        thread.join()
+        builds.close()
+
+
 def throughput(models, configs, target) -> list[dict]:
     from relay_eqsat.cost.cache import CostCache
     from relay_eqsat.cost.calibrate import CALIBRATION_CONFIG
@@ -99,7 +135,8 @@ def throughput(models, configs, target) -> list[dict]:
                     pool = MeasurePool(target, "tvm-llvm", CALIBRATION_CONFIG, cache,
                                        jobs=n if kind == "local" else None,
                                        remote=cluster.remote if cluster else None)
-                    with pool:
+                    beside = building_beside(mod, target) if config.endswith("+build") else contextlib.nullcontext()
+                    with pool, beside:
                         t0 = time.perf_counter()
                         results = pool.measure_many(kernels, progress=False)
                         seconds = time.perf_counter() - t0

@@ -162,7 +162,8 @@ _OPTIONS: list[Option] = [
            "--rpc-key)", nullable=True, scope="pass"),
     Option("jobs", int, None, "kernels measured at once on this machine: they build in parallel and take turns "
            "to time (None: 2 where there are two CPUs or more, see docs/measuring.md); with rpc_tracker every free "
-           "device measures at once",
+           "device measures at once. Also the programs the runtime check builds at once, each in a process of "
+           "its own",
            low=0, nullable=True, scope="pass"),
     Option("min_gain", float, None, "predicted speedup margin required when the runtime is not measured, "
            "e.g. 0.1 = 10%; None: the cost model's calibrated error for the target", low=0,

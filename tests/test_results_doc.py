@@ -120,7 +120,8 @@ def make_run(folder: Path) -> Path:
                       "local": {"kept": True, "measured_speedup": 1.1, "runtime_wins": "9/9", "reason": "x"},
                       "rpc": {"kept": True, "measured_speedup": 1.08, "runtime_wins": "9/9"}}],
         "first_run": [{"model": "squeezenet1_1", "config": "local2", "pass_s": 44.7, "calibration_s": 16.1,
-                       "tvm_build_s": 12.3, "pass_over_build": 3.6, "changed": True, "measured_speedup": 1.11}],
+                       "check_s": 20.0, "check_timing_s": 1.5, "tvm_build_s": 12.3, "pass_over_build": 3.6,
+                       "goal_s": 26.1, "within_goal": False, "changed": True, "measured_speedup": 1.11}],
         "goals": [{"goal": "the runtime check's verdict over RPC equals the local one", "met": True,
                    "detail": "1/1 models"}]}))
     return folder
@@ -167,6 +168,7 @@ def test_summarize_a_run_folder_into_summaries_the_renderer_accepts(tmp_path):
     text = results_doc.rpc_measure_block(rpc)
     assert "| squeezenet1_1 | rpc2 | 46 | 0 | 15.3 | 3.00 | 1.50 | 10.0% | 40.0% |" in text
     assert "kept, 1.080×, 9/9" in text and "**met**" in text
+    assert "| 20.0 (1.5) | 12.3 | 3.6 | 26.1 not met | 1.110× |" in text
 
     mcts = s["mcts_vs_tensat"]["rows"][0]
     assert mcts["tensat_ms"] == pytest.approx(2.8) and mcts["mcts_ms"] == pytest.approx(2.52)
