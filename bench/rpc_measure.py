@@ -11,8 +11,8 @@ once by ``bench/export_onnx.py`` in the export venv):
    kernel's time against ``local1``'s (median and 90th percentile of |ratio - 1|): how far a
    configuration disturbs the timings it takes.
    ``local2+build``: ``local2`` while the model builds beside it at the lowest CPU priority, as the
-   pass's input does during calibration (``passes/runtime/builder.py``): whether that disturbs the
-   timings.
+   pass's input would (``passes/runtime/builder.py``): whether that disturbs the timings (it did,
+   on small kernels: the pass stops its background builds while calibration measures).
 2. ``verdicts``: the pass's candidate for each model (its defaults with the runtime check off and
    min_gain 0, so there is one), judged by the runtime check here and over RPC (the same programs
    uploaded to the server and timed there): both verdicts and measured speedups.
@@ -86,8 +86,8 @@ def disagreement(times: dict, reference: dict) -> tuple[float | None, float | No
 
 @contextlib.contextmanager
 def building_beside(mod, target):
-    """The model built over and over in the background while the block runs, at the priority the
-    pass's input build has during calibration (``Builder(...).submit(background=True)``)."""
+    """The model built over and over in the background while the block runs, at the priority of the
+    pass's input build (``Builder(...).submit(background=True)``), not stopped while kernels are timed."""
     import tvm
 
     from relay_eqsat.passes.runtime.builder import Builder

@@ -262,7 +262,7 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
                    cost_model=None, rules: Sequence | None = None, *, min_gain: float = 0.0,
                    calibrate: bool = False, calibrate_time_limit: float = 300.0,
                    runtime_decides: bool = False,
-                   progress: bool | None = None) -> tuple[TensorGraph, OptimizeReport]:
+                   progress: bool | None = None, while_measuring=None) -> tuple[TensorGraph, OptimizeReport]:
     """Optimize ``graph``; returns (graph', report). graph' is ``graph`` itself
     unless the result is predicted faster by more than ``min_gain`` (0.1: 10%;
     0: any gain; never worse under the cost model).
@@ -280,7 +280,9 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     veto one: when the measured kernels make no candidate cheaper, the first
     one (the shipped model's) is returned for the runtime to decide on; when
     they do, the report's ``alternatives`` hold the rounds' other candidates
-    they price below the input, for the runtime to time beside the result."""
+    they price below the input, for the runtime to time beside the result. ``while_measuring``: a
+    context manager factory calibration enters while it measures (the pass pauses its background
+    builds there)."""
     t0 = time.perf_counter()
     opts = options if isinstance(options, OptimizeOptions) else OptimizeOptions.from_mapping(options)
     cost_model = cost_model if cost_model is not None else resolve_cost(opts.cost, opts.target)
@@ -328,7 +330,7 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
         if calibrator is None:
             # the whole programs timed next decide: the kernels both run need no measuring
             calibrator = Calibrator(cost_model, calibrate_time_limit, progress=progress,
-                                    differences_only=runtime_decides)
+                                    differences_only=runtime_decides, while_measuring=while_measuring)
         if not calibrator.measure([graph, out]):
             break  # the compared kernels' costs did not change: the extraction stands
     else:  # out of rounds (every round calibrated a candidate)

@@ -107,3 +107,22 @@ def test_a_child_build_is_kept_for_reuse_builds():
         built = build_and_run(mod, X, host_target(), built=lambda: builds.wait(job))
         assert built.build_s == job.result.build_s
         assert build(small_module(seed=8)) is job.result and reuse.hits == 1
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads Linux's /proc")
+def test_background_builds_stop_while_kernels_are_timed():
+    """Calibration's timings are disturbed even by an idle-priority build beside them: the pass
+    stops its background builds while it measures; they go on after, and finish."""
+    mod = small_module(seed=9)
+    with Builder(host_target(), slots=2) as builds:
+        back = builds.submit(mod, "the input", background=True)
+        front = builds.submit(small_module(seed=10), "the result")
+        with builds.paused():
+            assert _state(back.proc.pid) == "T" and _state(front.proc.pid) != "T"
+        assert _state(back.proc.pid) != "T" or back.proc.poll() is not None
+        np.testing.assert_allclose(run(builds.wait(back), X)[0], run(build(mod), X)[0], rtol=1e-6, atol=1e-6)

@@ -71,7 +71,8 @@ def optimize(graph: TensorGraph, options: Mapping[str, Any]) -> tuple[TensorGrap
     new_graph, report = optimize_graph(graph, opts, min_gain=float(options.get("min_gain") or 0.0),
                                        calibrate=bool(options.get("calibrate")),
                                        calibrate_time_limit=float(options["calibrate_time_limit"]),
-                                       runtime_decides=bool(options.get("runtime_decides")))
+                                       runtime_decides=bool(options.get("runtime_decides")),
+                                       while_measuring=options.get("while_measuring"))
     return new_graph, dict(report.to_dict(), alternatives=report.alternatives)
 
 
@@ -255,7 +256,9 @@ class EqSatPass:
                     builds.submit(typed, "the input", background=True)
                 new_graph, report = optimize(graph, dict(opts, target=target, cost=cost_model,
                                                          calibrate=judgement.calibrate, min_gain=judgement.min_gain,
-                                                         runtime_decides=judgement.check_runtime))
+                                                         runtime_decides=judgement.check_runtime,
+                                                         # a build beside disturbs the kernels' timings
+                                                         while_measuring=builds.paused if builds else None))
                 report["judged_by"] = judgement.notes
                 alternatives = report.pop("alternatives", None) or []
                 if not report.get("changed", True):

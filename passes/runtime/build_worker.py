@@ -11,8 +11,10 @@ so the parent's ``__main__`` script is never run again here.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -32,7 +34,17 @@ def lower_priority() -> str:
             return "normal"
 
 
+def end_with_parent() -> None:
+    """Be killed when the parent dies (Linux's ``PR_SET_PDEATHSIG``): a build it stopped
+    (``SIGSTOP``) must not outlive it."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def main(spec_path: str) -> int:
+    end_with_parent()
     with open(spec_path) as f:
         spec = json.load(f)
     out = spec["out"]

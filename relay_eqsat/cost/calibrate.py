@@ -16,6 +16,7 @@ workers (``cost_model.jobs``); this module imports no TVM.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -82,12 +83,16 @@ class Calibrator:
     cheaper rests on the others alone; where the whole programs are timed next (the runtime check
     decides), that is all calibration must tell. SqueezeNet1.1's candidate differs from its input
     in 3 of 48 kernels, ShuffleNet-v2's in 68 of 95. The costs then mix the model's scale (the
-    shared kernels) with this machine's: their ratio is no measured speedup."""
+    shared kernels) with this machine's: their ratio is no measured speedup.
+
+    ``while_measuring``: a context manager factory entered while kernels are measured (the pass
+    pauses its background builds: a build beside calibration's timings disturbed them)."""
 
     def __init__(self, cost_model, time_limit: float = 300.0, progress: bool | None = None,
-                 config: MeasureConfig | None = None, differences_only: bool = False):
+                 config: MeasureConfig | None = None, differences_only: bool = False, while_measuring=None):
         self.cost_model = cost_model
         self.differences_only = differences_only
+        self.while_measuring = while_measuring or contextlib.nullcontext
         self.deadline = time.monotonic() + time_limit
         self.progress = progress
         self.config = config or CALIBRATION_CONFIG
@@ -141,8 +146,9 @@ class Calibrator:
                 self._measurer = MeasurePool(model.target, model.backend, self.config, model.cache,
                                              jobs=getattr(model, "jobs", None), remote=getattr(model, "remote", None),
                                              device=getattr(model, "device", "") or None)
-            results = self._measurer.measure_many(todo, progress=self.progress, deadline=self.deadline,
-                                                  desc="measuring kernels")
+            with self.while_measuring():
+                results = self._measurer.measure_many(todo, progress=self.progress, deadline=self.deadline,
+                                                      desc="measuring kernels")
             self.report.where = self._measurer.where()
         except (BackendUnavailable, TrackerError) as e:
             self.report.error = str(e)
