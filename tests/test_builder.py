@@ -109,9 +109,18 @@ def test_a_child_build_is_kept_for_reuse_builds():
         assert build(small_module(seed=8)) is job.result and reuse.hits == 1
 
 
-def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
+def _state(pid: int, want: str | None = None) -> str:
+    """The process's state letter (T: stopped), waited for up to 10 s when ``want`` is given (a
+    signal is delivered after kill returns)."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while True:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        if want is None or state == want or time.monotonic() > deadline:
+            return state
+        time.sleep(0.01)
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads Linux's /proc")
@@ -123,6 +132,20 @@ def test_background_builds_stop_while_kernels_are_timed():
         back = builds.submit(mod, "the input", background=True)
         front = builds.submit(small_module(seed=10), "the result")
         with builds.paused():
-            assert _state(back.proc.pid) == "T" and _state(front.proc.pid) != "T"
-        assert _state(back.proc.pid) != "T" or back.proc.poll() is not None
+            assert _state(back.proc.pid, "T") == "T" and _state(front.proc.pid) != "T"
+        assert back.proc.poll() is not None or _state(back.proc.pid) != "T"
         np.testing.assert_allclose(run(builds.wait(back), X)[0], run(build(mod), X)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_a_build_for_another_architecture_is_exported_for_its_device(monkeypatch):
+    """For an RPC device of another architecture the library is linked by ``<triple>-g++`` when
+    there is one, else left as object files in a tar that the device links."""
+    import shutil
+
+    monkeypatch.setenv("TOPHUB_LOCATION", "NONE")  # ARM schedules ask TopHub; offline here
+    target = "llvm -mtriple=aarch64-linux-gnu"
+    assert unavailable(target, remote=True) is None and unavailable(target) is not None
+    with Builder(target, slots=1) as builds:
+        built = builds.wait(builds.submit(small_module(seed=11), "the program"))
+        cross = shutil.which("aarch64-linux-gnu-g++")
+        assert built.path.endswith(".so" if cross else ".tar") and os.path.getsize(built.path) > 0

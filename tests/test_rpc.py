@@ -194,6 +194,8 @@ def test_the_pass_on_a_remote_target_is_decided_on_the_device(cluster, no_host_d
     assert f"key '{KEY}' at tracker {cluster.address}" in rep["judged_by"]
     assert "kernels and runtime measured on the device" in rep["judged_by"]
     assert "runtime_before" in rep and "measured_speedup" in rep  # timed on the device
+    # both programs built here in child processes, their libraries uploaded as they were exported
+    assert [b["state"] for b in rep["check_builds"]] == ["built", "built"]
     # calibration's kernels are in the database under the device, none under this machine
     cache = CostCache()
     assert cache.count(target, "tvm-llvm", device=rep["judged_on"]["device"]) > 0

@@ -546,7 +546,7 @@ def _scripted_calibration(monkeypatch, price, measured_as, **kwargs):
             return _relu_chain(n), Solution(choice={}, cost=price[n], status="scripted")
 
     class Calibrator:
-        def __init__(self, cost_model, time_limit, progress=None, differences_only=False):
+        def __init__(self, cost_model, time_limit, progress=None, differences_only=False, while_measuring=None):
             self.rounds = 0
 
         def measure(self, graphs):

@@ -249,8 +249,8 @@ class EqSatPass:
                 # an earlier run measured this model's result faster: the same program, no search
                 new_graph, report = won[0], dict(won[1], changed=True, judged_by=judgement.notes)
             else:
-                if ((judgement.check_runtime or opts["verify"]) and judgement.remote is None
-                        and unavailable(target) is None):
+                if ((judgement.check_runtime or opts["verify"])
+                        and unavailable(target, remote=judgement.remote is not None) is None):
                     # the input's build starts now, on the CPU time calibration leaves
                     builds = stack.enter_context(Builder(target, opts["jobs"]))
                     builds.submit(typed, "the input", background=True)

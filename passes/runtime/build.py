@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Mapping, NamedTuple, Sequence
@@ -228,11 +229,35 @@ def build_and_run(mod, inputs: Mapping[str, np.ndarray], target: str | None = No
     return Built(m, outputs, build_s, time.perf_counter() - t1)
 
 
-# -- timing -------------------------------------------------------------------------------
+def export(lib, target, folder: str, name: str) -> str:
+    """Write the built ``lib`` (for ``target``) into ``folder`` as a file a runtime of the target's
+    machine loads: a shared library linked by the host's compiler when the target's architecture
+    is this machine's, by ``<triple>-g++`` when that is on the PATH, else a tar of object files
+    (a remote links them itself). Returns its path."""
+    if host_arch_target(target):
+        path = os.path.join(folder, name + ".so")
+        lib.export_library(path)
+        return path
+    triple = str(tvm.target.Target(str(target)).attrs.get("mtriple", ""))
+    arch = triple.split("-")[0]
+    cross = shutil.which(f"{triple}-g++") or shutil.which(f"{arch}-linux-gnu-g++")
+    if cross:
+        from tvm.contrib import cc
+
+        path = os.path.join(folder, name + ".so")
+        lib.export_library(path, fcompile=cc.cross_compiler(cross))
+        return path
+    path = os.path.join(folder, name + ".tar")  # object files: the remote links them itself
+    lib.export_library(path)
+    return path
 
 
+def host_arch_target(target) -> bool:
+    """Whether ``target``'s library is linked by the host's own compiler (:func:`export`)."""
+    triple = str(tvm.target.Target(str(target)).attrs.get("mtriple", "") or "")
+    arch, host_arch = triple.split("-")[0], os.uname().machine
+    return not triple or arch == host_arch or (arch, host_arch) in (("x86_64", "amd64"), ("aarch64", "arm64"))
 
-# -- comparing programs -------------------------------------------------------------------
 
 
 

@@ -2,11 +2,12 @@
 ``python -m relay_eqsat.passes.runtime.build_worker SPEC``.
 
 SPEC is a JSON file: ``module`` (the Relay module, ``tvm.ir.save_json``'s text, in its own
-file), ``target``, ``opt_level``, ``out`` (the shared library to write) and ``background``
+file), ``target``, ``opt_level``, ``out`` (the stem of the library to write) and ``background``
 (build only on a CPU nothing else wants: ``SCHED_IDLE``, taken before TVM is imported). The
-program is built with :func:`~relay_eqsat.passes.runtime.build.build` and exported with the
-host's compiler; ``out + ".json"`` then says the build's seconds. A failure writes
-``out + ".err"`` (the error's last line first) and exits with status 1. Started by module name,
+program is built with :func:`~relay_eqsat.passes.runtime.build.build` and exported by
+:func:`~relay_eqsat.passes.runtime.build.export` (a shared library, or object files in a tar for
+a device that links them); ``out + ".json"`` then says its path and the build's seconds. A
+failure writes ``out + ".err"`` (the error's last line first) and exits with status 1. Started by module name,
 so the parent's ``__main__`` script is never run again here.
 """
 from __future__ import annotations
@@ -53,17 +54,17 @@ def main(spec_path: str) -> int:
             lower_priority()
         import tvm
 
-        from relay_eqsat.passes.runtime.build import build
+        from relay_eqsat.passes.runtime.build import build, export
 
         with open(spec["module"]) as f:
             mod = tvm.ir.load_json(f.read())
         t0 = time.perf_counter()
         lib = build(mod, target=spec["target"], opt_level=int(spec.get("opt_level", 3)))
         build_s = time.perf_counter() - t0
-        lib.export_library(out + ".part.so")
-        os.replace(out + ".part.so", out)
-        with open(out + ".json", "w") as f:
-            json.dump({"build_s": build_s, "export_s": time.perf_counter() - t0 - build_s}, f)
+        path = export(lib, spec["target"], os.path.dirname(out), os.path.basename(out))
+        with open(out + ".json.part", "w") as f:
+            json.dump({"path": path, "build_s": build_s, "export_s": time.perf_counter() - t0 - build_s}, f)
+        os.replace(out + ".json.part", out + ".json")
         return 0
     except BaseException as e:  # noqa: BLE001 - every failure is told to the parent
         lines = [ln for ln in str(e).strip().splitlines() if ln.strip()] or [type(e).__name__]

@@ -14,8 +14,9 @@ extraction leave; it is stopped while calibration times kernels (:meth:`Builder.
 idle priority a build beside them disturbed their timings). When the runtime check starts, it
 runs beside the check's own builds as any other.
 
-Builds in child processes need a target that runs here and the host's C++ compiler (to export
-the library): :func:`unavailable` says why not, and the caller builds in its own process.
+Builds in child processes need a target that runs here or on an RPC device, and the host's C++
+compiler where the library is for this machine's architecture: :func:`unavailable` says why not,
+and the caller builds in its own process.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ import tvm
 from relay_eqsat.cost.measure import child_env
 from relay_eqsat.cost.pool import default_jobs
 
+from .build import host_arch_target
 from .target import runs_here
 
 WORKER_MODULE = "relay_eqsat.passes.runtime.build_worker"
@@ -45,13 +47,21 @@ class BuildError(RuntimeError):
 
 
 class Prebuilt:
-    """A program built by a child process and loaded from its library: what :func:`~.build.executor`
-    needs of ``relay.build``'s factory (``get_lib()`` and ``["default"]``), and its graph and
-    parameters. ``build_s``: the child's seconds in ``relay.build``."""
+    """A program built by a child process: its exported library (``path``, which a
+    :class:`~.remote.RemotePlace` uploads as it is) and, loaded here when first asked, what
+    :func:`~.build.executor` needs of ``relay.build``'s factory (``get_lib()`` and ``["default"]``),
+    its graph and parameters. ``build_s``: the child's seconds in ``relay.build``."""
 
     def __init__(self, path: str, build_s: float):
-        self.factory = tvm.runtime.load_module(path)
+        self.path = path
         self.build_s = build_s
+        self._factory = None
+
+    @property
+    def factory(self):
+        if self._factory is None:
+            self._factory = tvm.runtime.load_module(self.path)
+        return self._factory
 
     def get_lib(self):
         return self.factory
@@ -87,13 +97,15 @@ class BuildJob:
         return self.result is not None or self.error is not None or self.cancelled
 
 
-def unavailable(target) -> str | None:
+def unavailable(target, remote: bool = False) -> str | None:
     """Why programs for ``target`` cannot be built in child processes here (None: they can): the
-    target must run on this machine and the library be exported by the host's C++ compiler."""
-    if not runs_here(target):
+    target must run on this machine, or (``remote``) on a device of the RPC tracker, and a library
+    for this machine's architecture be exported by the host's C++ compiler (another's is linked by
+    ``<triple>-g++`` or by the device)."""
+    if not remote and not runs_here(target):
         return f"{target} does not run on this machine"
     compiler = os.environ.get("CXX", "g++")
-    if shutil.which(compiler) is None:
+    if host_arch_target(target) and shutil.which(compiler) is None:
         return f"no C++ compiler ({compiler}) to export the built library"
     return None
 
@@ -154,7 +166,7 @@ class Builder:
         module_path = os.path.join(self._dir, f"module{n}.json")
         with open(module_path, "w") as f:
             f.write(tvm.ir.save_json(mod))
-        out = os.path.join(self._dir, f"program{n}.so")
+        out = os.path.join(self._dir, f"program{n}")
         spec = os.path.join(self._dir, f"spec{n}.json")
         with open(spec, "w") as f:
             json.dump({"module": module_path, "target": self.target, "opt_level": 3, "out": out,
@@ -172,9 +184,10 @@ class Builder:
     def _finish(self, job: BuildJob) -> None:
         rc = job.proc.returncode
         job.seconds = time.perf_counter() - job.started
-        if rc == 0 and os.path.exists(job.out):
+        if rc == 0 and os.path.exists(job.out + ".json"):
             with open(job.out + ".json") as f:
-                job.result = Prebuilt(job.out, float(json.load(f)["build_s"]))
+                done = json.load(f)
+            job.result = Prebuilt(done["path"], float(done["build_s"]))
             return
         if os.path.exists(job.out + ".err"):
             with open(job.out + ".err") as f:

@@ -271,8 +271,8 @@ def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, 
     :func:`wins_needed` of them; when not even :data:`RUNTIME_MIN_ROUNDS` fit,
     the predicted gain must exceed ``judgement.fallback_gain``). Outputs are
     compared on the host when the target does not run here. ``builds``: a
-    :class:`~.builder.Builder` the programs are built by (:func:`compare_modules`; not for a device
-    of the RPC tracker: those programs are built here)."""
+    :class:`~.builder.Builder` the programs are built by (:func:`compare_modules`; for a device of
+    the RPC tracker too, whose upload takes the exported library as it is)."""
     timed = judgement.check_runtime
     others = others if timed else ()
     target = opts.get("target")
@@ -293,7 +293,7 @@ def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, 
         res = compare_modules(before, after, seed=opts["seed"], target=target,
                               time_repeat=RUNTIME_REPEAT if timed else 0,
                               time_limit=float(opts["check_time_limit"]), others=others, place=place,
-                              builds=builds if place is None else None)
+                              builds=builds)
     except EqSatVerificationError as e:
         if opts.get("verify"):
             raise

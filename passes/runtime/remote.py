@@ -7,7 +7,7 @@ the tracker for a session on a device under the key (bounded in time: the tracke
 no device takes in ``timeout`` seconds fails too), exports each program as a shared library
 (the host's compiler for this machine's architecture, ``<triple>-g++`` when there is one, else
 a tar of object files that the remote links itself), uploads it, loads it there and removes the
-file. ``device`` is what the remote reports of its CPU (:func:`cpu_fingerprint`; the key when it
+file (:func:`~.build.export`). ``device`` is what the remote reports of its CPU (:func:`cpu_fingerprint`; the key when it
 reports nothing), ``where`` the key and the server's address. :meth:`Place.alive` tells a device
 that went away from a program that failed.
 """
@@ -25,7 +25,8 @@ from tvm.contrib import graph_executor
 
 from relay_eqsat.cost.tracker import Remote, TrackerError, devices, remote_from_options, request
 
-from .build import executor, loaded_executor
+from .build import executor, export, loaded_executor
+from .builder import Prebuilt
 
 class RemoteLost(RuntimeError):
     """The remote device went away (its session broke)."""
@@ -119,30 +120,11 @@ class RemotePlace(Place):
         self.device = _fingerprint(self.session, remote.key)
         self._dir = tempfile.mkdtemp(prefix="relay-eqsat-rpc-")
 
-    def _export(self, lib) -> str:
-        """Write ``lib`` as a file the remote can load: its path."""
-        name = f"relay_eqsat_{uuid.uuid4().hex[:12]}"
-        triple = str(self.target.attrs.get("mtriple", "") or "")
-        arch = triple.split("-")[0]
-        host_arch = os.uname().machine
-        if not triple or arch == host_arch or (arch, host_arch) in (("x86_64", "amd64"), ("aarch64", "arm64")):
-            path = os.path.join(self._dir, name + ".so")
-            lib.export_library(path)
-            return path
-        cross = shutil.which(f"{triple}-g++") or shutil.which(f"{arch}-linux-gnu-g++")
-        if cross:
-            from tvm.contrib import cc
-
-            path = os.path.join(self._dir, name + ".so")
-            lib.export_library(path, fcompile=cc.cross_compiler(cross))
-            return path
-        path = os.path.join(self._dir, name + ".tar")  # object files: the remote links them itself
-        lib.export_library(path)
-        return path
-
     def _upload(self, lib):
-        """``lib`` exported, uploaded and loaded on the device: its runtime module there."""
-        path = self._export(lib)
+        """``lib`` exported (a :class:`~.builder.Prebuilt` is, by its build process), uploaded and
+        loaded on the device: its runtime module there."""
+        prebuilt = isinstance(lib, Prebuilt)
+        path = lib.path if prebuilt else export(lib, self.target, self._dir, f"relay_eqsat_{uuid.uuid4().hex[:12]}")
         name = os.path.basename(path)
         try:
             self.session.upload(path)
@@ -152,7 +134,8 @@ class RemotePlace(Place):
             self._raise_if_lost(e)
             raise
         finally:
-            os.remove(path)
+            if not prebuilt:  # the builder removes its own files
+                os.remove(path)
         with contextlib.suppress(Exception):  # else the file stays in the server's temporary folder
             self.session.remove(name)
         return loaded
