@@ -149,3 +149,17 @@ def test_a_build_for_another_architecture_is_exported_for_its_device(monkeypatch
         built = builds.wait(builds.submit(small_module(seed=11), "the program"))
         cross = shutil.which("aarch64-linux-gnu-g++")
         assert built.path.endswith(".so" if cross else ".tar") and os.path.getsize(built.path) > 0
+
+
+def test_a_built_library_outlives_its_builder_and_goes_with_the_program():
+    """``relay-eqsat optimize`` uploads the pass's programs to a device after the pass (and its
+    builder) ended: a built library stays as long as its program is referenced."""
+    import gc
+
+    with Builder(host_target(), slots=1) as builds:
+        built = builds.wait(builds.submit(small_module(seed=12), "the program"))
+    path = built.path
+    assert os.path.exists(path) and not os.path.exists(builds._dir)
+    del built, builds  # the builder's record of the build holds it too
+    gc.collect()
+    assert not os.path.exists(path)

@@ -290,6 +290,23 @@ def test_tvmc_compile_with_a_device_decides_there(cluster, tmp_path, no_host_dat
     assert "measured on the device under key" in rep["judged_by"]
 
 
+def test_optimize_over_rpc_times_the_pass_programs_on_the_device_again(cluster, tmp_path, no_host_data):
+    """``relay-eqsat optimize`` times the programs the pass built after the pass ended: the libraries
+    its build processes exported are uploaded to the device again, not built anew."""
+    from tests.test_tvmc import parallel_conv_model
+
+    path, _ = parallel_conv_model(tmp_path)
+    out = tmp_path / "report.json"
+    code = cli_main(["optimize", str(path), "--target", remote_target(), "--rpc-tracker", cluster.address,
+                     "--rpc-key", KEY, "--time-budget", "2", "-o", str(out)])
+    assert code == 0
+    result = json.loads(out.read_text())
+    assert [b["state"] for b in result["report"]["check_builds"]] == ["built", "built"]
+    assert result["measured_on"]["key"] == KEY and result["measured"]["equal"]
+    # the input (and, kept, the result) timed again on the device from the pass's libraries
+    assert result["measured"]["builds_reused"] == (2 if result["report"]["changed"] else 1)
+
+
 def test_optimize_on_a_cross_target_builds_and_says_it_did_not_run(monkeypatch, capsys):
     monkeypatch.setenv("TOPHUB_LOCATION", "NONE")
     code = cli_main(["optimize", "zoo:squeezenet", "--small", "--target", AARCH64, "--calibrate", "off",

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass
 
 import tvm
@@ -40,6 +41,11 @@ from .build import host_arch_target
 from .target import runs_here
 
 WORKER_MODULE = "relay_eqsat.passes.runtime.build_worker"
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.remove(path)
 
 
 class BuildError(RuntimeError):
@@ -56,6 +62,7 @@ class Prebuilt:
         self.path = path
         self.build_s = build_s
         self._factory = None
+        weakref.finalize(self, _remove, path)  # the library goes with the last reference to it
 
     @property
     def factory(self):
@@ -74,6 +81,16 @@ class Prebuilt:
 
     def get_params(self) -> dict:
         return dict(self.factory["get_graph_params"]())
+
+
+def _own_file(path: str) -> str:
+    """Move a built library out of the builder's folder, into a file of its own that lives as long
+    as the :class:`Prebuilt` made of it (``relay-eqsat optimize`` uploads the pass's programs to a
+    device again after the pass, and its builder, ended)."""
+    fd, own = tempfile.mkstemp(prefix="relay-eqsat-program-", suffix=os.path.splitext(path)[1])
+    os.close(fd)
+    shutil.move(path, own)
+    return own
 
 
 @dataclass(eq=False)
@@ -187,7 +204,7 @@ class Builder:
         if rc == 0 and os.path.exists(job.out + ".json"):
             with open(job.out + ".json") as f:
                 done = json.load(f)
-            job.result = Prebuilt(done["path"], float(done["build_s"]))
+            job.result = Prebuilt(_own_file(done["path"]), float(done["build_s"]))
             return
         if os.path.exists(job.out + ".err"):
             with open(job.out + ".err") as f:
