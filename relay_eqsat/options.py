@@ -165,6 +165,9 @@ _OPTIONS: list[Option] = [
            "device measures at once. Also the programs the runtime check builds at once, each in a process of "
            "its own",
            low=0, nullable=True, scope="pass"),
+    Option("tuning_records", str, None, "an AutoTVM or auto-scheduler tuning log (as tvmc compile's "
+           "--tuning-records): the runtime check builds and times both programs under it, as they will ship",
+           nullable=True, scope="pass"),
     Option("min_gain", float, None, "predicted speedup margin required when the runtime is not measured, "
            "e.g. 0.1 = 10%; None: the cost model's calibrated error for the target", low=0,
            low_inclusive=True, nullable=True, scope="pass"),

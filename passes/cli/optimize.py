@@ -291,6 +291,7 @@ def _run_optimize(args) -> int:
     from tvm import relay
 
     from relay_eqsat.passes.relay.eqsat_pass import EqSatPass, bind_params
+    from relay_eqsat.passes.runtime.records import resolve as resolve_records
     from relay_eqsat.passes.runtime.build import reuse_builds
     from relay_eqsat.passes.runtime.remote import RemoteUnavailable, check_remote
     from relay_eqsat.passes.runtime.target import host_target
@@ -312,6 +313,7 @@ def _run_optimize(args) -> int:
         eqsat = EqSatPass(**options)  # every option checked (the target too) before the model loads
         # a tracker named must answer now, within its timeout (not after the model loads)
         remote = check_remote(options.get("rpc_tracker"), options.get("rpc_key"))
+        records = resolve_records(options.get("tuning_records"))  # RecordsError: the file and the line
         mod, params = load_model(args.model, args.small, args.batch, args.input_shapes)
     except (ValueError, OSError, RemoteUnavailable) as e:  # ModelFileError and ShapesError are ValueErrors
         print(f"relay-eqsat optimize: {e}", file=sys.stderr)
@@ -320,10 +322,10 @@ def _run_optimize(args) -> int:
     original = bind_params(mod, params) if params else mod
     # the programs the pass's runtime check builds are the ones measured below: built once
     with reuse_builds() as reuse:
-        return _optimize_and_measure(args, eqsat, original, target, reuse, remote)
+        return _optimize_and_measure(args, eqsat, original, target, reuse, remote, records)
 
 
-def _optimize_and_measure(args, eqsat, original, target: str, reuse, remote=None) -> int:
+def _optimize_and_measure(args, eqsat, original, target: str, reuse, remote=None, records=None) -> int:
     import warnings
 
     import numpy as np
@@ -358,7 +360,7 @@ def _optimize_and_measure(args, eqsat, original, target: str, reuse, remote=None
             if what == "optimized" and optimized.same_as(original):
                 continue
             t0 = time.perf_counter()
-            build(mod, target=target)
+            build(mod, target=target, records=records)
             result.setdefault("built", {})[what] = time.perf_counter() - t0
         result["not_measured"] = (f"cross-compiling for {target}: built, not run (no device here; "
                                   "--rpc-tracker and --rpc-key name one)")
@@ -370,7 +372,7 @@ def _optimize_and_measure(args, eqsat, original, target: str, reuse, remote=None
                                      "address": place.where}
 
         def build_run(mod, what):
-            built = build_and_run(mod, inputs, target, what=what, place=place)
+            built = build_and_run(mod, inputs, target, what=what, place=place, records=records)
             log.info("built %s in %.1f s", what, built.build_s)
             return built
 

@@ -31,6 +31,7 @@ from .simplify_copies import copied_ops
 from relay_eqsat.cost.tracker import remote_from_options
 from relay_eqsat.passes.runtime.builder import Builder, unavailable
 from relay_eqsat.passes.runtime.decision import RUNTIME_SETTINGS, judge, runtime_check
+from relay_eqsat.passes.runtime.records import resolve as resolve_records
 from relay_eqsat.passes.runtime.remote import probe_device
 from relay_eqsat.passes.runtime.target import host_target
 from relay_eqsat.passes.runtime.verdicts import Verdicts, program_record
@@ -212,6 +213,7 @@ class EqSatPass:
         try:
             opts = resolve_options(self.options, ctx)
             remote = remote_from_options(opts["rpc_tracker"], opts["rpc_key"])  # ValueError: one without the other
+            records = resolve_records(opts["tuning_records"])  # RecordsError (a ValueError): named, with its line
         except (ValueError, TypeError) as e:
             warn(f"EqSatPass: bad option ({e}); module left unchanged")
             return mod
@@ -220,9 +222,9 @@ class EqSatPass:
         # (RemoteUnavailable), not a quiet fallback to predictions: it fails within its timeout
         device = probe_device(remote, opts["target"] or host_target()) if remote is not None else ""
         with contextlib.ExitStack() as stack:  # the builds in child processes stop when the pass ends
-            return self._transform(mod, opts, remote, device, stack)
+            return self._transform(mod, opts, remote, device, records, stack)
 
-    def _transform(self, mod: tvm.IRModule, opts: Mapping[str, Any], remote, device: str,
+    def _transform(self, mod: tvm.IRModule, opts: Mapping[str, Any], remote, device: str, records,
                    stack: contextlib.ExitStack) -> tvm.IRModule:
         builds = None
         if self.params:
@@ -236,8 +238,8 @@ class EqSatPass:
             signature = _signature(graph)
             target = opts["target"] or host_target()
             cost_model = resolve_cost(opts["cost"], target, device=device, remote=remote, jobs=opts["jobs"])
-            judgement = judge(opts, cost_model, remote, device)
-            verdicts = (Verdicts.of(cost_model, RUNTIME_SETTINGS, opts["rules"]) if judgement.check_runtime
+            judgement = judge(opts, cost_model, remote, device, records)
+            verdicts = (Verdicts.of(cost_model, RUNTIME_SETTINGS, opts["rules"], records) if judgement.check_runtime
                         else Verdicts(None, RUNTIME_SETTINGS))
             remembered = None if opts["verify"] else verdicts.rejected_input(typed, opts)
             won = None if opts["verify"] or remembered is not None else verdicts.won_input(typed, opts, graph)
@@ -252,7 +254,7 @@ class EqSatPass:
                 if ((judgement.check_runtime or opts["verify"])
                         and unavailable(target, remote=judgement.remote is not None) is None):
                     # the input's build starts now, on the CPU time calibration leaves
-                    builds = stack.enter_context(Builder(target, opts["jobs"]))
+                    builds = stack.enter_context(Builder(target, opts["jobs"], records))
                     builds.submit(typed, "the input", background=True)
                 new_graph, report = optimize(graph, dict(opts, target=target, cost=cost_model,
                                                          calibrate=judgement.calibrate, min_gain=judgement.min_gain,

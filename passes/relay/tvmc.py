@@ -61,6 +61,7 @@ from relay_eqsat.options import OPTIONS, argparse_kwargs, flag_name
 from .config import DEFAULT_OPTIONS
 from .eqsat_pass import EqSatPass, format_summary
 from relay_eqsat.passes.cli.model_file import ModelFileError, check_model_file, model_load_errors
+from relay_eqsat.passes.runtime.records import RecordsError, load_records
 from relay_eqsat.passes.runtime.remote import RemoteUnavailable, check_remote
 from relay_eqsat.passes.runtime.target import host_target
 
@@ -175,6 +176,9 @@ def _wrap_compile(drive_compile):
             args.target = host_target()  # this TVM's plain llvm (tvmc's default) is riscv64
         if getattr(args, "eqsat", False):
             eqsat_args_to_tvmc(args)
+        if getattr(args, "tuning_records", None) and "tuning_records" not in _FLAG_OPTIONS:
+            # tvmc builds under its --tuning-records: the pass judges the programs built the same way
+            _FLAG_OPTIONS["tuning_records"] = args.tuning_records
         if CODEGEN_NAME in _target_names(args.target) and "target" not in _FLAG_OPTIONS:
             # the pass costs, measures and checks for the target tvmc builds for (a board's, say)
             built_for = [t["raw"] for t in _parsed_targets(args.target) if t["is_tvm_target"]]
@@ -186,10 +190,12 @@ def _wrap_compile(drive_compile):
                     check_remote(_FLAG_OPTIONS.get("rpc_tracker"), _FLAG_OPTIONS.get("rpc_key"))
                 except ValueError as e:  # one of the two flags without the other
                     raise RemoteUnavailable(f"--eqsat-rpc-*: {e}") from None
+            if CODEGEN_NAME in _target_names(args.target) and _FLAG_OPTIONS.get("tuning_records"):
+                load_records(_FLAG_OPTIONS["tuning_records"])  # a corrupt log: said now, nothing built
             check_model_file(args.FILE)
             with model_load_errors():
                 status = drive_compile(args)
-        except (ModelFileError, RemoteUnavailable) as e:
+        except (ModelFileError, RemoteUnavailable, RecordsError) as e:
             print(f"relay-eqsat tvmc: {e}", file=sys.stderr)
             return 2
         finally:

@@ -63,50 +63,54 @@ def reuse_builds():
 
 
 def build(mod, params: Mapping | None = None, target: str | None = None, opt_level: int = 3,
-          sequence: Sequence = ()):
+          sequence: Sequence = (), records=None):
     """Compile a Relay module (or function) with ``relay.build`` for ``target``
     (default: :func:`host_target`), running the passes ``sequence`` first inside the same
-    PassContext. Returns the graph executor factory (inside :func:`reuse_builds`, the one
-    built before for an equal module, target and opt level)."""
+    PassContext, under the tuning ``records`` (a :class:`~.records.TuningRecords`, or None).
+    Returns the graph executor factory (inside :func:`reuse_builds`, the one built before for
+    an equal module, target, opt level and records)."""
+    from .records import applied, pass_config
+
     target = target or host_target()
     reusable = params is None and not sequence
     if reusable:
-        kept = _reused(mod, target, opt_level)
+        kept = _reused(mod, target, opt_level, records)
         if kept is not None:
             return kept
-    with tvm.transform.PassContext(opt_level=opt_level):
+    with applied(records), tvm.transform.PassContext(opt_level=opt_level, config=pass_config(records)):
         built = _as_module(mod)
         if sequence:
             built = tvm.transform.Sequential(list(sequence))(built)
         lib = relay.build(built, target=target, params=params)
     if reusable:
-        keep_build(mod, target, opt_level, lib)
+        keep_build(mod, target, opt_level, lib, records)
     return lib
 
 
-def _reuse_key(mod, target, opt_level) -> tuple:
-    return tvm.ir.structural_hash(_as_module(mod)), str(target), opt_level
+def _reuse_key(mod, target, opt_level, records=None) -> tuple:
+    return (tvm.ir.structural_hash(_as_module(mod)), str(target), opt_level,
+            None if records is None else records.digest)
 
 
-def _reused(mod, target, opt_level):
+def _reused(mod, target, opt_level, records=None):
     """The factory of an equal module built before inside the active :func:`reuse_builds` block
     (counted as a hit), else None."""
     if not _REUSE:
         return None
     reuse, module = _REUSE[-1], _as_module(mod)
-    for kept, lib in reuse.kept.get(_reuse_key(module, target, opt_level), ()):
+    for kept, lib in reuse.kept.get(_reuse_key(module, target, opt_level, records), ()):
         if tvm.ir.structural_equal(kept, module):
             reuse.hits += 1
             return lib
     return None
 
 
-def keep_build(mod, target, opt_level: int, lib) -> None:
-    """Keep ``lib`` (``mod`` built for ``target``: a factory, or a :class:`~.builder.Prebuilt`)
-    for the active :func:`reuse_builds` block, if any."""
+def keep_build(mod, target, opt_level: int, lib, records=None) -> None:
+    """Keep ``lib`` (``mod`` built for ``target`` under ``records``: a factory, or a
+    :class:`~.builder.Prebuilt`) for the active :func:`reuse_builds` block, if any."""
     if _REUSE:
         module = _as_module(mod)
-        _REUSE[-1].kept.setdefault(_reuse_key(module, target, opt_level), []).append((module, lib))
+        _REUSE[-1].kept.setdefault(_reuse_key(module, target, opt_level, records), []).append((module, lib))
 
 
 def thread_count() -> int | None:
@@ -196,7 +200,8 @@ class Built(NamedTuple):
 
 
 def build_and_run(mod, inputs: Mapping[str, np.ndarray], target: str | None = None, opt_level: int = 3,
-                  sequence: Sequence = (), what: str = "the program", place=None, built=None) -> Built:
+                  sequence: Sequence = (), what: str = "the program", place=None, built=None,
+                  records=None) -> Built:
     """:func:`build` ``mod`` for ``target`` (default: the host) and run it once on
     ``inputs``. The build seconds include creating the executor: this TVM's LLVM module
     turns into machine code when the executor first looks up its kernels (11 s of
@@ -206,16 +211,16 @@ def build_and_run(mod, inputs: Mapping[str, np.ndarray], target: str | None = No
     and runs. ``place`` (:mod:`.remote`): where it runs (default: here); a remote one has it
     uploaded and loaded in the build's seconds. ``built``: a function giving ``mod`` built already
     (a :class:`~.builder.Builder`'s, waited for here; its build seconds are the child's), kept for
-    :func:`reuse_builds` as a build here would be."""
+    :func:`reuse_builds` as a build here would be. ``records``: the tuning records it is built under."""
     reuse = _REUSE[-1] if _REUSE else None
     hits = reuse.hits if reuse is not None else 0
     t0 = time.perf_counter()
     with progress.ticking(f"building {what}"):
         if built is not None:
             lib = built()
-            keep_build(mod, target or host_target(), opt_level, lib)
+            keep_build(mod, target or host_target(), opt_level, lib, records)
         else:
-            lib = build(mod, target=target, opt_level=opt_level, sequence=sequence)
+            lib = build(mod, target=target, opt_level=opt_level, sequence=sequence, records=records)
         m = executor(lib) if place is None else place.load(lib)
     t1 = time.perf_counter()
     build_s = t1 - t0 if built is None else lib.build_s

@@ -2,7 +2,7 @@
 ``python -m relay_eqsat.passes.runtime.build_worker SPEC``.
 
 SPEC is a JSON file: ``module`` (the Relay module, ``tvm.ir.save_json``'s text, in its own
-file), ``target``, ``opt_level``, ``out`` (the stem of the library to write) and ``background``
+file), ``target``, ``opt_level``, ``tuning_records`` (a log's path, or null), ``out`` (the stem of the library to write) and ``background``
 (build only on a CPU nothing else wants: ``SCHED_IDLE``, taken before TVM is imported). The
 program is built with :func:`~relay_eqsat.passes.runtime.build.build` and exported by
 :func:`~relay_eqsat.passes.runtime.build.export` (a shared library, or object files in a tar for
@@ -56,10 +56,13 @@ def main(spec_path: str) -> int:
 
         from relay_eqsat.passes.runtime.build import build, export
 
+        from relay_eqsat.passes.runtime.records import resolve
+
         with open(spec["module"]) as f:
             mod = tvm.ir.load_json(f.read())
         t0 = time.perf_counter()
-        lib = build(mod, target=spec["target"], opt_level=int(spec.get("opt_level", 3)))
+        lib = build(mod, target=spec["target"], opt_level=int(spec.get("opt_level", 3)),
+                    records=resolve(spec.get("tuning_records")))
         build_s = time.perf_counter() - t0
         path = export(lib, spec["target"], os.path.dirname(out), os.path.basename(out))
         with open(out + ".json.part", "w") as f:

@@ -129,11 +129,13 @@ def unavailable(target, remote: bool = False) -> str | None:
 
 class Builder:
     """Builds programs for ``target`` in child processes, at most ``slots`` at once (None:
-    :func:`~relay_eqsat.cost.pool.default_jobs`), in the order submitted. Use as a context
+    :func:`~relay_eqsat.cost.pool.default_jobs`), in the order submitted, under the tuning
+    ``records`` (a :class:`~.records.TuningRecords`). Use as a context
     manager, or :meth:`close`: unfinished builds are stopped and their files removed."""
 
-    def __init__(self, target, slots: int | None = None):
+    def __init__(self, target, slots: int | None = None, records=None):
         self.target = str(target)
+        self.records = records  # the TuningRecords every program is built under (None: none)
         self.slots = max(1, int(slots) if slots else default_jobs())
         self.jobs: list[BuildJob] = []
         self._dir = tempfile.mkdtemp(prefix="relay-eqsat-build-")
@@ -187,7 +189,8 @@ class Builder:
         spec = os.path.join(self._dir, f"spec{n}.json")
         with open(spec, "w") as f:
             json.dump({"module": module_path, "target": self.target, "opt_level": 3, "out": out,
-                       "background": background}, f)
+                       "background": background,
+                       "tuning_records": None if self.records is None else self.records.path}, f)
         job = BuildJob(mod, what, background, spec, out)
         self.jobs.append(job)
         self._poll()

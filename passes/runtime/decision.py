@@ -84,12 +84,14 @@ class Judgement:
     fallback_gain: float
     notes: str
     remote: Any = None
+    records: Any = None  # the TuningRecords the programs ship with (built and judged under them)
 
 
-def judge(opts: Mapping[str, Any], cost_model, remote=None, device: str = "") -> Judgement:
+def judge(opts: Mapping[str, Any], cost_model, remote=None, device: str = "", records=None) -> Judgement:
     """Resolve ``check_runtime``, ``calibrate`` and ``min_gain`` (auto: from whether the target runs
     on this machine, or on a device of ``remote``'s RPC tracker, and what the cost model rests on).
-    ``device``: what that device reports of its CPU (named in the notes)."""
+    ``device``: what that device reports of its CPU (named in the notes); ``records``: the tuning
+    records the programs are built under (:mod:`.records`)."""
     target = opts.get("target") or host_target()
     here = runs_here(target) or remote is not None
     where = (f"the device under key {remote.key!r} at tracker {remote.address}"
@@ -125,7 +127,9 @@ def judge(opts: Mapping[str, Any], cost_model, remote=None, device: str = "") ->
                      + (" (the cost model's calibrated error for this target)" if opts.get("min_gain") is None
                         else "") + (f"; cross-compiling for {target}, no device to measure on (rpc_tracker and "
                                     "rpc_key name one)" if not here else "; runtime not measured"))
-    return Judgement(check, calibrate, gain, fallback, "; ".join(notes), remote if here else None)
+    if records is not None and (check or opts.get("verify")):
+        notes.append(f"programs built under {records.describe()}")
+    return Judgement(check, calibrate, gain, fallback, "; ".join(notes), remote if here else None, records)
 
 
 def _check_inputs(mod: tvm.IRModule, seed: int) -> dict[str, np.ndarray]:
@@ -149,7 +153,7 @@ def wins_needed(rounds: int, alpha: float = RUNTIME_ALPHA) -> int:
 def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rtol: float = 1e-4,
                     target: str | None = None, time_repeat: int = 0,
                     time_limit: float | None = None, others: Sequence[tvm.IRModule] = (),
-                    place=None, builds=None) -> dict[str, Any]:
+                    place=None, builds=None, records=None) -> dict[str, Any]:
     """Build both modules for ``target`` (default: the host), run them on the
     same random inputs and raise :class:`EqSatVerificationError` if an output
     differs by more than ``rtol * max|output|``. With ``time_repeat``,
@@ -171,7 +175,8 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
     ``builds`` (a :class:`~.builder.Builder`): the programs are built in its child processes, the
     input (when not submitted already), the result and, beside them, the others, at once; an other
     is built only if a slot is free for it when the check begins (never after the result: the
-    alternatives cost no build time of their own; ``others_unbuilt``: how many were not)."""
+    alternatives cost no build time of their own; ``others_unbuilt``: how many were not).
+    ``records``: the tuning records every program is built under (the builder's own, with one)."""
     inputs = _check_inputs(before, seed)
     jobs = {}
     if builds is not None:
@@ -181,7 +186,7 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
 
     def run(mod, what):
         job = jobs.get(id(mod))
-        return build_and_run(mod, inputs, target, place=place, what=what,
+        return build_and_run(mod, inputs, target, place=place, what=what, records=records,
                              built=None if job is None else (lambda: builds.wait(job)))
 
     m_before, ref, _, first_before = run(before, "the input")
@@ -293,7 +298,7 @@ def runtime_check(before: tvm.IRModule, after: tvm.IRModule, opts: Mapping[str, 
         res = compare_modules(before, after, seed=opts["seed"], target=target,
                               time_repeat=RUNTIME_REPEAT if timed else 0,
                               time_limit=float(opts["check_time_limit"]), others=others, place=place,
-                              builds=builds)
+                              builds=builds, records=judgement.records)
     except EqSatVerificationError as e:
         if opts.get("verify"):
             raise

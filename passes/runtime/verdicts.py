@@ -157,12 +157,17 @@ class Verdicts:
     """The verdicts kept in ``cache`` (a CostCache, or None: nothing is remembered)."""
 
     @classmethod
-    def of(cls, cost_model, settings: str, rules: Any) -> "Verdicts":
+    def of(cls, cost_model, settings: str, rules: Any, records=None) -> "Verdicts":
         """The store of the database ``cost_model`` reads (this package's ``CostModel``: its
         sqlite file, the ``meta`` table); a cost object of the user's own keeps no verdicts.
         ``settings``: the runtime check's; ``rules``: the ``rules`` option (its file's content
-        is part of every key, `content_fingerprint`)."""
+        is part of every key, `content_fingerprint`); ``records``: the tuning records the programs
+        were built under (their content is part of every key: a verdict on untuned kernels is not
+        one on tuned ones)."""
         from relay_eqsat.cost.base import CostModel
+
+        if records is not None:
+            settings = f"{settings}|records={records.digest}"
 
         if not isinstance(cost_model, CostModel) or cost_model.cache is None:
             return cls(None, settings)
