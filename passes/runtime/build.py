@@ -243,8 +243,7 @@ def export(lib, target, folder: str, name: str) -> str:
         path = os.path.join(folder, name + ".so")
         lib.export_library(path)
         return path
-    triple = str(tvm.target.Target(str(target)).attrs.get("mtriple", ""))
-    arch = triple.split("-")[0]
+    triple, arch = _triple(target)
     cross = shutil.which(f"{triple}-g++") or shutil.which(f"{arch}-linux-gnu-g++")
     if cross:
         from tvm.contrib import cc
@@ -257,10 +256,16 @@ def export(lib, target, folder: str, name: str) -> str:
     return path
 
 
+def _triple(target) -> tuple[str, str]:
+    """(``target``'s triple, its architecture); ("", "") when it names none."""
+    triple = str(tvm.target.Target(str(target)).attrs.get("mtriple", "") or "")
+    return triple, triple.split("-")[0]
+
+
 def host_arch_target(target) -> bool:
     """Whether ``target``'s library is linked by the host's own compiler (:func:`export`)."""
-    triple = str(tvm.target.Target(str(target)).attrs.get("mtriple", "") or "")
-    arch, host_arch = triple.split("-")[0], os.uname().machine
+    triple, arch = _triple(target)
+    host_arch = os.uname().machine
     return not triple or arch == host_arch or (arch, host_arch) in (("x86_64", "amd64"), ("aarch64", "arm64"))
 
 

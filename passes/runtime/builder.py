@@ -163,6 +163,9 @@ class Builder:
     def running(self) -> int:
         """Builds running now."""
         self._poll()
+        return self._running()
+
+    def _running(self) -> int:
         return sum(1 for j in self.jobs if j.proc is not None and not j.finished)
 
     def find(self, mod: tvm.IRModule) -> BuildJob | None:
@@ -221,7 +224,7 @@ class Builder:
         for job in self.jobs:
             if job.proc is not None and not job.finished and job.proc.poll() is not None:
                 self._finish(job)
-        free = self.slots - sum(1 for j in self.jobs if j.proc is not None and not j.finished)
+        free = self.slots - self._running()
         for job in self.jobs:
             if free <= 0:
                 break

@@ -226,10 +226,10 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
                           f"fit in check_time_limit={time_limit:g} s")
         return out
     if builds is not None:  # an other with no free slot beside the result is not built
-        unbuilt = [mod for mod in others if jobs.get(id(mod)) is None]
-        others = [mod for mod in others if jobs.get(id(mod)) is not None]
-        if unbuilt:
-            out["others_unbuilt"] = len(unbuilt)
+        built = [mod for mod in others if jobs.get(id(mod)) is not None]
+        if len(built) < len(others):
+            out["others_unbuilt"] = len(others) - len(built)
+        others = built
     for k, mod in enumerate(others):  # built and timed only while the rounds still fit with it (it runs about as long as the result)
         if plan(one_run + [one_run[1]]).repeat < rounds:
             break
@@ -246,9 +246,9 @@ def compare_modules(before: tvm.IRModule, after: tvm.IRModule, seed: int = 0, rt
             if jobs.get(id(mod)) is not None:
                 builds.cancel(jobs[id(mod)])
     wall = list(plan(one_run).wall)
-    t = time.perf_counter()
+    rounds_start = time.perf_counter()
     t_before, *t_after = time_rounds(runs, repeat=rounds, min_repeat_ms=RUNTIME_MIN_REPEAT_MS, wall=wall)
-    out["timing_seconds"] = timing_s[0] + time.perf_counter() - t
+    out["timing_seconds"] = timing_s[0] + time.perf_counter() - rounds_start
     candidates = []
     for t in t_after:
         ratio, wins = paired_ratio(t_before, t)
