@@ -185,8 +185,13 @@ class _CpSat:
 #: ILP-ACyc stops a solve when no better program came for this long, or for half the time it took to
 #: find the last one if that is longer: on NasRNN's 10,000-node e-graph (10 parts, the largest 3,264
 #: nodes) CP-SAT found its final program in under 5 s and spent the rest of a 30-s limit raising the
-#: bound (a 6% gap it never closed); the calibration rounds paid that twice (2026-12-02, Zen 5)
-STALL_MIN_S = 3.0
+#: bound (a 6% gap it never closed); the calibration rounds paid that twice (2026-12-02, Zen 5). 1 s,
+#: not 3: on a Zen 3 the default search's e-graphs of ten models (the zoo's eight, SqueezeNet1.1 and
+#: ShuffleNet-v2 from torchvision) extracted to programs of the same cost with 3, 1 and 0.5 s, and
+#: the stalled parts' waits were most of the time (NasRNN 35.8 -> 17.2 s, ResNeXt-50 10.7 -> 4.2 s,
+#: ShuffleNet-v2 9.8 -> 4.4 s an extraction, four of them in a first run's calibration rounds;
+#: docs/design-notes.md)
+STALL_MIN_S = 1.0
 STALL_FRACTION = 0.5
 #: a solution better than the last by less than this (relative) does not count as one: the objective's
 #: tie-break weights (presolve.tie_break_weights) move it by 1e-8 between programs of equal cost
