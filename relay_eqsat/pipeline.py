@@ -188,13 +188,14 @@ def resolve_rules(rules: Any, trust: bool = False) -> list:
     raise ValueError(f"rules must be a rule-set name, a .rules path or a list of rules, not {rules!r}")
 
 
-def resolve_cost(cost: Any, target: str | None = None, device: str = "", remote=None, jobs: int | None = None):
+def resolve_cost(cost: Any, target: str | None = None, device: str = "", remote=None, jobs: int | None = None,
+                 records=None):
     """A CostModel from a kind name (of ``target`` on ``device``, measuring through ``remote`` with
-    ``jobs``: see `CostModel`), or the model itself."""
+    ``jobs``, pricing kernels built under the tuning ``records``: see `CostModel`), or the model itself."""
     if isinstance(cost, CostModel):
         return cost
     if isinstance(cost, str):
-        return make_cost_model(cost, target=target, device=device, remote=remote, jobs=jobs)
+        return make_cost_model(cost, target=target, device=device, remote=remote, jobs=jobs, records=records)
     if callable(getattr(cost, "node_cost", None)) and callable(getattr(cost, "graph_cost", None)):
         return cost
     raise ValueError(f"cost must be a kind name or a CostModel, not {cost!r}")

@@ -13,10 +13,16 @@ from tvm import relay
 
 from relay_eqsat import EqSatPass
 from relay_eqsat.cli import main as cli_main
+from relay_eqsat.cost import CostCache, CostModel
+from relay_eqsat.cost.cache import tuned_device
+from relay_eqsat.cost.calibrate import CALIBRATION_CONFIG, Calibrator
+from relay_eqsat.cost.instance import instances_from_graph
+from relay_eqsat.cost.pool import MeasurePool
 from relay_eqsat.passes.relay import eqsat_pass
 from relay_eqsat.passes.runtime import decision
 from relay_eqsat.passes.runtime.build import build, run
-from relay_eqsat.passes.runtime.records import RecordsError, load_records
+from relay_eqsat.passes.relay.frontend import from_relay
+from relay_eqsat.passes.runtime.records import Hits, RecordsError, load_records
 from relay_eqsat.passes.runtime.target import host_target
 
 
@@ -67,6 +73,50 @@ def test_both_kinds_of_log_are_read_and_told_apart(autotvm_log, auto_scheduler_l
     assert kernels(lib) == ["tvmgen_default_fused_nn_dense_nn_relu"]  # the record's schedule, not the default
     x = {"x": np.random.default_rng(1).standard_normal((4, 64)).astype("float32")}
     np.testing.assert_allclose(run(lib, x)[0], run(build(dense_relu()), x)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_build_counts_the_kernels_the_records_had(autotvm_log):
+    hits = Hits()
+    build(dense_relu(), records=load_records(autotvm_log), hits=hits)
+    # TVM weighs the dense's implementations (the relu is fused into it): the log has the unpacked one's
+    assert len(hits.asked) > 1 and len(hits.found) == 1 and "dense_nopack.x86" in next(iter(hits.found))[1]
+    hits = Hits()
+    build(dense_relu(), hits=hits)
+    assert not hits.asked and not hits.found
+
+
+def test_kernels_are_measured_under_the_records_and_kept_beside_their_untuned_times(tmp_path, autotvm_log):
+    """Calibration under a log builds each kernel under it: the dense (which the log has) gets a row
+    of its own under the records, the relu (which it has not) the same time under both keys; a
+    cost model with the records prices from them and counts only them measured, one without them
+    keeps the untuned rows, and a second calibration under the records measures nothing."""
+    records = load_records(autotvm_log)
+    graph = from_relay(dense_relu())
+    unfused = {i.op: i for i in instances_from_graph(graph)}
+    dense, relu = unfused["nn.dense"], unfused["nn.relu"]
+    db = CostCache(tmp_path / "costs.sqlite")
+    target = str(host_target())
+    with MeasurePool(target, "tvm-llvm", CALIBRATION_CONFIG, db, jobs=1, records=records) as pool:
+        results = {r.instance.op: r for r in pool.measure_many([dense, relu], progress=False)}
+    assert results["nn.dense"].ok and results["nn.dense"].tuned is True
+    assert results["nn.relu"].ok and results["nn.relu"].tuned is False
+    key = tuned_device("", records.digest)
+    assert key != "" and db.get(dense, target, device=key) is not None and db.get(dense, target) is None
+    assert db.get(relu, target, device=key).seconds == db.get(relu, target).seconds
+
+    tuned = CostModel("auto", target, cache=db, learned=False, records=records)
+    plain = CostModel("auto", target, cache=db, learned=False)
+    assert tuned.is_measured(dense) and tuned.is_measured(relu)
+    assert not plain.is_measured(dense) and plain.is_measured(relu)
+    assert tuned.kernel_cost(dense.op, dense.attrs, dense.input_types, dense.out_type) == pytest.approx(
+        db.get(dense, target, device=key).seconds)
+
+    # a cost model under other records: the untuned relu's row does not count as measured under them
+    other = CostModel("auto", target, cache=db, learned=False,
+                      records=type(records)(records.path, records.kind, records.count, "0" * 64))
+    assert not other.is_measured(relu)
+    cal = Calibrator(tuned, 60.0, progress=False)
+    assert cal.measure([graph]) == 0 and cal.close().reused >= 2
 
 
 @pytest.mark.parametrize("text, says", [

@@ -237,7 +237,8 @@ class EqSatPass:
             graph = from_relay(typed)
             signature = _signature(graph)
             target = opts["target"] or host_target()
-            cost_model = resolve_cost(opts["cost"], target, device=device, remote=remote, jobs=opts["jobs"])
+            cost_model = resolve_cost(opts["cost"], target, device=device, remote=remote, jobs=opts["jobs"],
+                                      records=records)
             judgement = judge(opts, cost_model, remote, device, records)
             verdicts = (Verdicts.of(cost_model, RUNTIME_SETTINGS, opts["rules"], records) if judgement.check_runtime
                         else Verdicts(None, RUNTIME_SETTINGS))

@@ -63,21 +63,22 @@ def reuse_builds():
 
 
 def build(mod, params: Mapping | None = None, target: str | None = None, opt_level: int = 3,
-          sequence: Sequence = (), records=None):
+          sequence: Sequence = (), records=None, hits=None):
     """Compile a Relay module (or function) with ``relay.build`` for ``target``
     (default: :func:`host_target`), running the passes ``sequence`` first inside the same
-    PassContext, under the tuning ``records`` (a :class:`~.records.TuningRecords`, or None).
+    PassContext, under the tuning ``records`` (a :class:`~.records.TuningRecords`, or None;
+    ``hits``: a :class:`~.records.Hits` that counts the kernels' lookups in them).
     Returns the graph executor factory (inside :func:`reuse_builds`, the one built before for
     an equal module, target, opt level and records)."""
     from .records import applied, pass_config
 
     target = target or host_target()
-    reusable = params is None and not sequence
+    reusable = params is None and not sequence and hits is None
     if reusable:
         kept = _reused(mod, target, opt_level, records)
         if kept is not None:
             return kept
-    with applied(records), tvm.transform.PassContext(opt_level=opt_level, config=pass_config(records)):
+    with applied(records, hits), tvm.transform.PassContext(opt_level=opt_level, config=pass_config(records)):
         built = _as_module(mod)
         if sequence:
             built = tvm.transform.Sequential(list(sequence))(built)

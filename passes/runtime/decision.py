@@ -127,8 +127,9 @@ def judge(opts: Mapping[str, Any], cost_model, remote=None, device: str = "", re
                      + (" (the cost model's calibrated error for this target)" if opts.get("min_gain") is None
                         else "") + (f"; cross-compiling for {target}, no device to measure on (rpc_tracker and "
                                     "rpc_key name one)" if not here else "; runtime not measured"))
-    if records is not None and (check or opts.get("verify")):
-        notes.append(f"programs built under {records.describe()}")
+    if records is not None and (check or calibrate or opts.get("verify")):
+        built = "programs" if not calibrate else "kernels and programs" if check or opts.get("verify") else "kernels"
+        notes.append(f"{built} built under {records.describe()}")
     return Judgement(check, calibrate, gain, fallback, "; ".join(notes), remote if here else None, records)
 
 

@@ -28,6 +28,7 @@ from relay_eqsat.graph import TensorGraph, TensorType
 from relay_eqsat.passes import zoo
 from relay_eqsat.passes.relay.backend import to_relay
 from .build import build, module_library, set_inputs
+from .records import Hits, TuningRecords, load_records
 from .remote import Place
 from .timing import debug_overhead, layout_transform_seconds, node_times, time_module
 from .torch_ops import torch_closure
@@ -124,14 +125,19 @@ class TVMRunner:
     """Times op instances with TVM for one target: build, run, time, less the activation
     layout transforms AlterOpLayout wraps around x86 convolutions (in a model they cancel
     between consecutive convolutions, so they are not the kernel's cost), each timed by the
-    debug executor less that executor's own cost per kernel (:meth:`debug_overhead`)."""
+    debug executor less that executor's own cost per kernel (:meth:`debug_overhead`). With
+    ``records`` (a :class:`~.records.TuningRecords`) every kernel is built under them, and
+    ``tuned`` says after each call whether they had a schedule for the kernel measured."""
 
     def __init__(self, target: str, config: MeasureConfig, place: Place | None = None,
-                 timing_lock: str | None = None):
+                 timing_lock: str | None = None, records: TuningRecords | None = None):
         self.target = target
         self.config = config
         self.place = place or Place(target)
         self.timing_lock = timing_lock
+        self.records = records
+        self.tuned: bool | None = None
+        self._hits = Hits()
         self._overhead: float | None = None
 
     @contextlib.contextmanager
@@ -148,6 +154,13 @@ class TVMRunner:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     def __call__(self, inst: OpInstance) -> tuple[float, int]:
+        self._hits = Hits()
+        try:
+            return self._measure(inst)
+        finally:
+            self.tuned = None if self.records is None else bool(self._hits.found)
+
+    def _measure(self, inst: OpInstance) -> tuple[float, int]:
         if inst.op == GROUP_OP:
             return self.epilogue(inst)
         if inst.op == STREAM_OP:
@@ -172,7 +185,11 @@ class TVMRunner:
         convolution less its layout transforms came out at nothing (the floor: 5% of its time)."""
         if self._overhead is None:
             cfg = self.config
-            m, lib, inputs, dev = self._load(OVERHEAD_PROBE)
+            hits, self._hits = self._hits, Hits()  # the probe is not the kernel measured
+            try:
+                m, lib, inputs, dev = self._load(OVERHEAD_PROBE)
+            finally:
+                self._hits = hits
             whole = time_module(m, dev, cfg.repeat, 0, cfg.min_repeat_ms, cfg.warmup)[0]
             times = node_times(lib, dev, inputs, 10, cfg.repeat, max(1, int(round(cfg.min_repeat_ms / 4))),
                                module=module_library(m, lib))
@@ -180,10 +197,11 @@ class TVMRunner:
         return self._overhead
 
     def _load(self, inst: OpInstance):
-        """(executor with inputs set, built lib, inputs, device) of ``inst``."""
+        """(executor with inputs set, built lib, inputs, device) of ``inst``, its records' lookups
+        counted in the call's hits."""
         func, params, inputs = relay_function(inst)
         lib = build(func, params={k: tvm.nd.array(v) for k, v in params.items()}, target=self.target,
-                    opt_level=self.config.opt_level)
+                    opt_level=self.config.opt_level, records=self.records, hits=self._hits)
         m = self.place.load(lib)
         set_inputs(m, inputs)
         return m, lib, inputs, self.place.dev
@@ -264,11 +282,13 @@ class TorchRunner:
 
 
 def make_runner(target: str, backend: str, config: MeasureConfig, place: Place | None = None,
-                timing_lock: str | None = None):
+                timing_lock: str | None = None, records: str | None = None):
     """The callable ``inst -> (seconds, timings)`` of ``backend`` (TVM's: on ``place``, timing
-    under ``timing_lock``)."""
+    under ``timing_lock``, kernels built under the tuning log ``records``: a path)."""
     if backend in ("tvm-llvm", "tvm-cuda"):
-        return TVMRunner(target, config, place, timing_lock)
+        return TVMRunner(target, config, place, timing_lock, records=load_records(records) if records else None)
+    if records:
+        raise BackendUnavailable(f"tuning records apply to TVM's kernels, not to backend {backend!r}")
     if backend == "torch-cuda":
         return TorchRunner(config)
     raise BackendUnavailable(f"unknown backend {backend!r}")

@@ -58,8 +58,10 @@ def worker_main(conn, target: str, backend: str, config: dict, hook, place: dict
 
     Jobs: ("op", op, attrs, shapes, dtype, out) measures one op instance;
     ("zoo", name, small) times a whole zoo model (TVM backends only).
-    Answers: ("ok", seconds, repeats), ("error", text), or ("lost", text) when the remote
-    device went away (the worker then ends). None stops the loop.
+    Answers: ("ok", seconds, repeats, tuned), ("error", text), or ("lost", text) when the remote
+    device went away (the worker then ends). None stops the loop. ``place["records"]``: the
+    tuning log kernels are built under (``tuned``: whether it had the kernel's schedule; None
+    without one).
     """
     cfg = MeasureConfig(**config)
     place = place or {}
@@ -85,15 +87,17 @@ def worker_main(conn, target: str, backend: str, config: dict, hook, place: dict
             if msg[0] == "op":
                 inst = OpInstance.from_key(*msg[1:])
                 if runner is None:
-                    runner = make_runner(target, backend, cfg, where, lock)
+                    runner = make_runner(target, backend, cfg, where, lock, records=place.get("records"))
                 seconds, repeats = runner(inst)
+                tuned = getattr(runner, "tuned", None)
             elif msg[0] == "zoo":
                 if not backend.startswith("tvm-"):
                     raise BackendUnavailable(f"whole models are timed with TVM backends only, not {backend}")
                 seconds, repeats = time_zoo_model(msg[1], msg[2], target, cfg, where)
+                tuned = None
             else:
                 raise ValueError(f"unknown job {msg[0]!r}")
-            conn.send(("ok", float(seconds), int(repeats)))
+            conn.send(("ok", float(seconds), int(repeats), tuned))
         except Exception as e:  # noqa: BLE001 - every failure becomes an error result
             if not where.alive():  # the device went away: not this kernel's failure
                 conn.send(("lost", f"{where.where} went away ({type(e).__name__})"))

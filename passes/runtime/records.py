@@ -97,23 +97,45 @@ def resolve(records) -> TuningRecords | None:
     return load_records(records)
 
 
+class Hits:
+    """The workloads a build looked up in the records (``asked``: TVM asks for every implementation
+    it weighs, several times over) and those they had (``found``): a kernel none of whose
+    workloads were found runs TVM's untuned schedule."""
+
+    def __init__(self) -> None:
+        self.asked: set = set()
+        self.found: set = set()
+
+
+def _counting(context_class, hits: Hits):
+    """A subclass of a dispatch context class (AutoTVM's or the auto-scheduler's ApplyHistoryBest)
+    whose lookups are noted in ``hits``."""
+    class Counting(context_class):
+        def _query_inside(self, target, workload, *args, **kwargs):
+            found = super()._query_inside(target, workload, *args, **kwargs)
+            key = (str(target), str(workload))
+            hits.asked.add(key)
+            if found is not None:
+                hits.found.add(key)
+            return found
+    return Counting
+
+
 @contextlib.contextmanager
-def applied(records: TuningRecords | None):
-    """The context a build under ``records`` runs in (nothing for None); the PassContext config it
+def applied(records: TuningRecords | None, hits: Hits | None = None):
+    """The context a build under ``records`` runs in (nothing for None), yielding the
+    :class:`Hits` (``hits``, or new ones) its kernels' lookups count into; the PassContext config it
     needs: :func:`pass_config`."""
+    hits = hits if hits is not None else Hits()
     if records is None:
-        yield
+        yield hits
         return
     if records.kind == "autotvm":
-        from tvm import autotvm
-
-        with autotvm.apply_history_best(records.path):
-            yield
+        from tvm.autotvm.task.dispatcher import ApplyHistoryBest
     else:
-        from tvm import auto_scheduler
-
-        with auto_scheduler.ApplyHistoryBest(records.path):
-            yield
+        from tvm.auto_scheduler import ApplyHistoryBest
+    with _counting(ApplyHistoryBest, hits)(records.path):
+        yield hits
 
 
 def pass_config(records: TuningRecords | None) -> dict:

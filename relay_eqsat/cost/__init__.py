@@ -45,6 +45,6 @@ def make_cost_model(kind: str = "auto", target=None, db=None, **options) -> Cost
     cost database ``db`` (default: ``$RELAY_EQSAT_COST_DB`` or the user cache).
 
     ``options`` go to ``CostModel`` (backend, learned, analytic, fusion, measure_config, device,
-    remote, jobs).
+    remote, jobs, records).
     """
     return CostModel(kind=kind, target=target, cache=db, **options)

@@ -93,7 +93,7 @@ import numpy as np
 from .. import ops
 from ..graph import Attrs, TensorGraph, TensorType, Type
 from .analytic import AnalyticModel, type_bytes
-from .cache import CostCache, ignore_shipped, normalize_target, shipped_table
+from .cache import CostCache, ignore_shipped, normalize_target, shipped_table, tuned_device
 from .fusion import epilogue_seconds, extra_read_share, fusion_class, is_conv, standalone_elementwise
 from .instance import OpInstance
 from .learned import LearnedCostModel, load_model
@@ -171,14 +171,18 @@ class CostModel:
     def __init__(self, kind: str = "auto", target=None, backend: str | None = None,
                  cache: CostCache | str | None = None, learned=None, analytic: AnalyticModel | None = None,
                  fusion: FusionRule | None = None, measure_config=None, device: str = "",
-                 remote=None, jobs: int | None = None):
+                 remote=None, jobs: int | None = None, records=None):
         """``learned``: a LearnedCostModel, a model file path, None (find one) or False (none).
         ``cache``: a CostCache or a database path (None: the default database).
         ``fusion``: the FusionRule; None: the one fitted with the learned model, else defaults.
         ``device``: the device the costs are of (``''``: this machine; another, as the cache keys
         it, reads only that device's measurements and model, never the shipped data).
         ``remote`` (an RPC tracker and key) and ``jobs`` (parallel measurements, None: default):
-        where and how wide measurements are taken, kept for the measuring code."""
+        where and how wide measurements are taken, kept for the measuring code.
+        ``records``: the tuning records the priced programs are built under (anything with the
+        log's ``path`` and ``digest``): a kernel measured under them is priced at that time (the
+        cache's rows under `tuned_device`), over its untuned one, and counts as measured
+        (:meth:`is_measured`) only then; kernels are measured under them."""
         if kind not in KINDS:
             raise ValueError(f"unknown cost model kind {kind!r} (one of {', '.join(KINDS)})")
         self.kind = kind
@@ -187,6 +191,9 @@ class CostModel:
         self.device = str(device or "")
         self.remote = remote
         self.jobs = jobs
+        self.records = records
+        self.tuning = records.digest if records is not None else ""
+        self._tuned: set[tuple] = set()  # instance keys measured under the records
         self.cache: CostCache | None = None
         self.learned: LearnedCostModel | None = None
         self._measurer = None
@@ -246,16 +253,20 @@ class CostModel:
             self._table = {**(shipped_table(self.target, self.backend) if not self.device else {}),
                            **(self.cache.lookup_table(self.target, self.backend, device=self.device)
                               if self.cache else {})}
+            if self.tuning and self.cache:  # the kernels built under the records, over their untuned times
+                tuned = self.cache.lookup_table(self.target, self.backend,
+                                                device=tuned_device(self.device, self.tuning))
+                self._table.update(tuned)
+                self._tuned.update(tuned)
         return self._table
 
     def _measure(self, inst: OpInstance) -> float | None:
         if self._measurer is None:  # one worker: here, or a device of the RPC tracker
             self._measurer = MeasurePool(self.target, self.backend, self.measure_config, self.cache, jobs=1,
-                                         remote=self.remote, device=self.device or None)
+                                         remote=self.remote, device=self.device or None, records=self.records)
         (res,) = self._measurer.measure_many([inst], progress=False) or [None]
         if res is not None and res.ok:
-            if self._table is not None:
-                self._table[inst.key()] = res.seconds
+            self.add_measurements({inst.key(): res.seconds})
             return res.seconds
         return None
 
@@ -474,14 +485,19 @@ class CostModel:
 
     def is_measured(self, inst: OpInstance) -> bool:
         """Whether ``inst``'s kernel time comes from a measurement on this target and device (shipped
-        or cached)."""
-        return self.kind != "learned" and self._cached(inst) is not None
+        or cached; with ``records``, one of the kernel built under them)."""
+        if self.kind == "learned" or self._cached(inst) is None:
+            return False
+        return not self.tuning or inst.key() in self._tuned
 
     def add_measurements(self, seconds: dict[tuple, float]) -> None:
-        """Take freshly measured kernel times (instance key -> seconds) into account from now on."""
+        """Take freshly measured kernel times (instance key -> seconds; with ``records``, of kernels
+        built under them) into account from now on."""
         if not seconds:
             return
         self._lookup_table().update(seconds)
+        if self.tuning:
+            self._tuned.update(seconds)
         self._kernel.clear()
 
     @property
@@ -494,6 +510,7 @@ class CostModel:
     def __repr__(self) -> str:
         learned = "no" if self.learned is None else repr(self.learned.meta.get("target"))
         device = f", device={self.device!r}" if self.device else ""
+        device += f", tuning={self.tuning[:16]!r}" if self.tuning else ""
         return (f"CostModel(kind={self.kind!r}, target={self.target!r}{device}, backend={self.backend!r}, "
                 f"learned={learned}{' (another CPU)' if self.foreign_model else ''})")
 

@@ -5,6 +5,8 @@ device) and hold the median seconds of a measurement, the number of timed
 repeats and when it was taken. ``device`` is ``''`` for a measurement taken on
 this machine, else an opaque name of the device it was taken on (what a remote
 reports of its CPU), so two boards with one target string keep their own rows.
+Kernels built under a user's tuning records are kept beside the untuned ones, under the device
+:func:`tuned_device` names (the device, then ``|tuned:`` and the records' digest).
 Failed measurements (a build error, a crash, a timeout) go to a separate table
 so that a batch does not retry them forever. A database of the older schema
 (no ``device`` column) is migrated on connect, its rows becoming device ``''``
@@ -112,6 +114,17 @@ class CostRow:
     repeats: int
     timestamp: float
     device: str = ""
+
+
+#: what :func:`tuned_device` puts between a device and the records' digest
+TUNED_MARK = "|tuned:"
+
+
+def tuned_device(device: str, tuning: str | None) -> str:
+    """The ``device`` key of measurements taken on ``device`` with kernels built under the tuning
+    records of digest ``tuning`` (``device`` itself for none): the same kernel's tuned and
+    untuned times are two rows."""
+    return f"{device}{TUNED_MARK}{tuning[:16]}" if tuning else device
 
 
 def _where(target: str | None, backend: str | None, device: str | None = None) -> tuple[str, tuple]:

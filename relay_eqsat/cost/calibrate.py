@@ -12,7 +12,8 @@ a progress bar; every result goes to the sqlite cost database as it arrives
 into the cost model, so re-extraction and the keep-or-not decision rest on
 this CPU's numbers. The kernels are measured by a ``MeasurePool``: on the devices of the
 cost model's RPC tracker and key (``cost_model.remote``) when it has one, else by local
-workers (``cost_model.jobs``); this module imports no TVM.
+workers (``cost_model.jobs``), each kernel built under the cost model's tuning records
+(``cost_model.records``) when it has them; this module imports no TVM.
 """
 from __future__ import annotations
 
@@ -145,7 +146,8 @@ class Calibrator:
                 model = self.cost_model
                 self._measurer = MeasurePool(model.target, model.backend, self.config, model.cache,
                                              jobs=getattr(model, "jobs", None), remote=getattr(model, "remote", None),
-                                             device=getattr(model, "device", "") or None)
+                                             device=getattr(model, "device", "") or None,
+                                             records=getattr(model, "records", None))
             with self.while_measuring():
                 results = self._measurer.measure_many(todo, progress=self.progress, deadline=self.deadline,
                                                       desc="measuring kernels")

@@ -108,6 +108,7 @@ class MeasureResult:
     device: str = ""      # the device it was measured on ("": this machine; else what the remote reports)
     lost: bool = False    # the device went away during the job: not the kernel's failure, measure it elsewhere
     where: str = ""       # the measurer's place in words (an RPC device: its key and address)
+    tuned: bool | None = None  # built under tuning records: whether they had its kernel's schedule
 
     @property
     def ok(self) -> bool:
@@ -222,14 +223,17 @@ class Measurer:
     tracker and builds every kernel for it, uploads and times it there; ``device`` then says
     which (what the remote reports of its CPU), and ``lost`` that it went away. ``timing_lock``:
     a file whose lock the worker holds while it times (local workers measuring at once build in
-    parallel and time one at a time).
+    parallel and time one at a time). ``records``: the path of a tuning log (AutoTVM or
+    auto-scheduler) every kernel is built under; each result's ``tuned`` then says whether the log
+    had its kernel's schedule.
     """
 
     def __init__(self, target=None, backend: str | None = None, config: MeasureConfig | None = None,
                  cache: CostCache | None = None, hook: Callable[[], object] | None = None,
-                 remote=None, timing_lock: str | None = None):
+                 remote=None, timing_lock: str | None = None, records: str | None = None):
         self.remote = remote
         self.timing_lock = timing_lock
+        self.records = records
         self.device = ""
         self.where = "this machine"
         self.lost: str | None = None
@@ -260,7 +264,7 @@ class Measurer:
         self._proc, self._conn, self._fresh = proc, conn, True
         try:
             conn.send((self.target, self.backend, asdict(self.config), self.hook,
-                       {"remote": self.remote, "timing_lock": self.timing_lock}))
+                       {"remote": self.remote, "timing_lock": self.timing_lock, "records": self.records}))
             deadline = time.monotonic() + WORKER_START_S + (self.remote.timeout * 2 if self.remote else 0.0)
             while not conn.poll(0.5):
                 if time.monotonic() >= deadline:
@@ -330,17 +334,17 @@ class Measurer:
             pass
 
     # -- measuring ----------------------------------------------------------------
-    def _job(self, msg: tuple) -> tuple[float | None, int, str | None]:
-        """Send one job to the worker (starting one if needed): (seconds, repeats, error); a
-        remote device that went away (or never came) sets ``lost``."""
+    def _job(self, msg: tuple) -> tuple[float | None, int, str | None, bool | None]:
+        """Send one job to the worker (starting one if needed): (seconds, repeats, error, tuned: see
+        ``MeasureResult.tuned``); a remote device that went away (or never came) sets ``lost``."""
         if self.lost:
-            return None, 0, self.lost
+            return None, 0, self.lost, None
         if self._proc is None or self._proc.poll() is not None:
             if self._proc is not None:
                 self._stop(kill=True)
             error = self._start()
             if error is not None:
-                return None, 0, error
+                return None, 0, error, None
         timeout = self.config.timeout_s + (self.config.startup_s if self._fresh else 0.0)
         self._fresh = False
         try:
@@ -351,19 +355,19 @@ class Measurer:
                     self._stop(kill=True)
                     if self.remote is not None:  # a device that stops answering is taken for gone
                         self.lost = f"{self.where} did not answer within {timeout:.0f} s"
-                        return None, 0, self.lost
-                    return None, 0, f"timeout: no result after {timeout:.0f} s (worker killed)"
+                        return None, 0, self.lost, None
+                    return None, 0, f"timeout: no result after {timeout:.0f} s (worker killed)", None
                 if self._proc.poll() is not None:
                     break
             reply = self._conn.recv()
         except (EOFError, OSError):
-            return None, 0, self._died()
+            return None, 0, self._died(), None
         if reply[0] == "ok":
-            return reply[1], reply[2], None
+            return reply[1], reply[2], None, reply[3]
         if reply[0] == "lost":
             self.lost = reply[1]
             self._stop(kill=True)
-        return None, 0, reply[1]
+        return None, 0, reply[1], None
 
     def measure(self, inst: OpInstance) -> MeasureResult:
         """Measure one instance (no cache involved); failures come back as error results."""
@@ -372,12 +376,12 @@ class Measurer:
         if inst.op in GRAPH_LEVEL_OPS or inst.op == "opaque":
             res.error = f"{inst.op} is not a kernel and is never measured"
             return res
-        res.seconds, res.repeats, res.error = self._job(("op",) + inst.key() + (inst.out_str,))
+        res.seconds, res.repeats, res.error, res.tuned = self._job(("op",) + inst.key() + (inst.out_str,))
         res.wall_s = time.perf_counter() - t0
         res.device, res.lost, res.where = self.device, bool(self.lost), self.where
         return res
 
     def measure_zoo_model(self, name: str, small: bool = False) -> tuple[float | None, str | None]:
         """End-to-end seconds of a zoo model built whole by TVM: (seconds, error)."""
-        seconds, _, error = self._job(("zoo", name, bool(small)))
+        seconds, _, error, _ = self._job(("zoo", name, bool(small)))
         return seconds, error

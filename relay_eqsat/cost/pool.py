@@ -26,7 +26,7 @@ import time
 from typing import Callable, Iterable
 
 from ..progress import bar as progress_bar
-from .cache import CostCache, cache_dir
+from .cache import CostCache, cache_dir, tuned_device
 from .instance import GRAPH_LEVEL_OPS, OpInstance
 from .measure import HARNESS_CHANGED, MeasureConfig, Measurer, MeasureResult
 from .tracker import Remote, TrackerError, devices, summary
@@ -73,15 +73,20 @@ class MeasurePool:
     tracker's timeout, when it does not answer or has none); else ``jobs`` local ones (None:
     :func:`default_jobs`). ``device``: when set, only measurers whose device reports this
     identifier keep measuring (two kinds of board under one key do not mix their rows).
+    ``records``: tuning records (anything with the log's ``path`` and ``digest``) every kernel is
+    built under; the rows are the device's under the records (`tuned_device`), and a kernel
+    they had no schedule for is its untuned row too.
     """
 
     def __init__(self, target=None, backend: str | None = None, config: MeasureConfig | None = None,
                  cache: CostCache | None = None, jobs: int | None = None, remote: Remote | None = None,
                  hook: Callable[[], object] | None = None, measurers: list[Measurer] | None = None,
-                 device: str | None = None):
+                 device: str | None = None, records=None):
         self.config = config or MeasureConfig()
         self.cache = cache
         self.remote = remote
+        self.records = records
+        self.tuning = records.digest if records is not None else ""
         self.hook = hook
         self.device = device
         self.notes: list[str] = []
@@ -94,8 +99,8 @@ class MeasurePool:
         else:
             n = jobs if jobs is not None else default_jobs()
             lock = timing_lock_path() if n > 1 else None
-            self.measurers = [Measurer(target, backend, self.config, cache, hook, timing_lock=lock)
-                              for _ in range(max(1, int(n)))]
+            self.measurers = [Measurer(target, backend, self.config, cache, hook, timing_lock=lock,
+                                       records=self._records_path) for _ in range(max(1, int(n)))]
         if not self.measurers:
             raise ValueError("a MeasurePool needs at least one measurer")
         first = self.measurers[0]
@@ -108,8 +113,13 @@ class MeasurePool:
                 raise TrackerError(error)
             self.device = first.device
 
+    @property
+    def _records_path(self) -> str | None:
+        return None if self.records is None else str(self.records.path)
+
     def _remote_measurer(self, target, backend) -> Measurer:
-        return Measurer(target, backend, self.config, self.cache, self.hook, remote=self.remote)
+        return Measurer(target, backend, self.config, self.cache, self.hook, remote=self.remote,
+                        records=self._records_path)
 
     @property
     def jobs(self) -> int:
@@ -139,19 +149,20 @@ class MeasurePool:
                retry_failed: bool) -> tuple[list[MeasureResult], list[OpInstance]]:
         """(results the cache answers, instances to measure)."""
         device = self.device or ""
+        rows = tuned_device(device, self.tuning)  # the rows of the kernels built as these will be
         done: list[MeasureResult] = []
         todo: list[OpInstance] = []
         for inst in instances:
             if inst.op in GRAPH_LEVEL_OPS or inst.op == "opaque":
                 continue
             if cache is not None and skip_cached:
-                row = cache.get(inst, self.target, self.backend, device=device)
+                row = cache.get(inst, self.target, self.backend, device=rows)
                 if row is not None:
                     done.append(MeasureResult(inst, self.target, self.backend, row.seconds, row.repeats,
                                               cached=True, device=device))
                     continue
                 if not retry_failed:
-                    err = cache.get_failure(inst, self.target, self.backend, since=HARNESS_CHANGED, device=device)
+                    err = cache.get_failure(inst, self.target, self.backend, since=HARNESS_CHANGED, device=rows)
                     if err is not None:
                         done.append(MeasureResult(inst, self.target, self.backend, error=err, cached=True,
                                                   device=device))
@@ -162,10 +173,13 @@ class MeasurePool:
     def _record(self, cache: CostCache | None, res: MeasureResult) -> None:
         if cache is None or res.lost:
             return  # a device lost is not the kernel's failure
-        if res.ok:
-            cache.put(res.instance, self.target, self.backend, res.seconds, res.repeats, device=res.device)
-        else:
-            cache.put_failure(res.instance, self.target, self.backend, res.error, device=res.device)
+        # under records: the device's rows under them, and its untuned row when they had no schedule
+        devices = [tuned_device(res.device, self.tuning)] + ([res.device] if self.tuning and res.tuned is False else [])
+        for device in devices:
+            if res.ok:
+                cache.put(res.instance, self.target, self.backend, res.seconds, res.repeats, device=device)
+            else:
+                cache.put_failure(res.instance, self.target, self.backend, res.error, device=device)
 
     def _replacement(self) -> Measurer | None:
         """A new measurer for a device that went away, when the tracker has a free one."""
