@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 # "name=module:function" for every subcommand, in the order `--help` lists them.
 COMMANDS: list[str] = [
     "optimize=relay_eqsat.passes.cli.optimize:add_optimize_command",
+    "tune=relay_eqsat.passes.cli.optimize:add_tune_command",
     "tvmc=relay_eqsat.passes.cli.optimize:add_tvmc_command",
     "extract=relay_eqsat.cli:add_extract_command",
     "measure=relay_eqsat.passes.cli.measure:register",

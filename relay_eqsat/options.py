@@ -166,8 +166,13 @@ _OPTIONS: list[Option] = [
            "its own",
            low=0, nullable=True, scope="pass"),
     Option("tuning_records", str, None, "an AutoTVM or auto-scheduler tuning log (as tvmc compile's "
-           "--tuning-records): the runtime check builds and times both programs under it, as they will ship",
+           "--tuning-records): calibration measures kernels built under it and the runtime check builds and times "
+           "both programs under it, as they will ship; with tune_trials, the AutoTVM log the trials are added to",
            nullable=True, scope="pass"),
+    Option("tune_trials", int, 0, "AutoTVM trials to spend, before optimizing under tuning_records, on the tasks "
+           "of the input and of the pass's candidates (those the candidates do not share first); each is added "
+           "to tuning_records as it is measured, and trials already there count (0: no tuning)", low=0,
+           low_inclusive=True, scope="pass"),
     Option("min_gain", float, None, "predicted speedup margin required when the runtime is not measured, "
            "e.g. 0.1 = 10%; None: the cost model's calibrated error for the target", low=0,
            low_inclusive=True, nullable=True, scope="pass"),

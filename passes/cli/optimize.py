@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import textwrap
 import time
@@ -70,6 +71,12 @@ def add_optimize_command(subparsers) -> None:
             "check their outputs agree on random inputs (exit status 1 if not) and print predicted "
             "cost, measured runtime (median of interleaved timings, as many as fit --time-budget), "
             "speedup, optimization time, stop reason and rules fired.", 79))
+    _optimize_arguments(p)
+    p.set_defaults(func=run_optimize)
+
+
+def _optimize_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``optimize`` (and ``tune``)."""
     add_model_arguments(p)
     p.add_argument("--target", default=None,
                    help="TVM target for building, measuring and the costs (default: the host CPU)")
@@ -93,7 +100,6 @@ def add_optimize_command(subparsers) -> None:
     p.add_argument("--plot", metavar="PATH.png", default=None,
                    help="bar chart of cost and runtime (needs matplotlib, checked before any work)")
     add_common_arguments(p)
-    p.set_defaults(func=run_optimize)
 
 
 def add_tvmc_command(subparsers) -> None:
@@ -212,6 +218,14 @@ def format_table(result: dict) -> str:
                      f"{rules_in_words(used, 8)}")
     elif rep.get("changed"):  # the input's nodes in relay-eqsat's form (TVM would copy the input's work)
         lines.append("result from:       no rewrite rule: the input's own nodes")
+    tuned = rep.get("tuning")
+    if tuned:
+        tasks = tuned["tasks"]
+        lines.append(f"tuning:            {_count(tuned['measured'], 'AutoTVM trial')} measured in "
+                     f"{tuned['seconds']:.0f} s (budget {tuned['budget']}, {sum(t['before'] for t in tasks)} in the log "
+                     f"before) on {sum(1 for t in tasks if t['planned'])} of {_count(len(tasks), 'task')} of "
+                     f"{', '.join(tuned['programs'])}; log {tuned['log']} (tvmc compile --tuning-records "
+                     f"{tuned['log']} --eqsat builds this program without tuning again)")
     if result.get("not_measured"):
         lines.append(f"measured:          no: {result['not_measured']}")
     if result.get("measured_on"):
@@ -287,6 +301,34 @@ def run_optimize(args) -> int:
     return guarded("optimize", args.verbose, _run_optimize, args)
 
 
+def tuning_into(options) -> bool:
+    """Whether the pass tunes into its ``tuning_records`` log, which does not exist yet (or is empty)."""
+    path = options.get("tuning_records")
+    return bool(options.get("tune_trials")) and bool(path) and not (os.path.exists(path) and os.path.getsize(path))
+
+
+def add_tune_command(subparsers) -> None:
+    """``relay-eqsat tune MODEL --tune-trials N --tuning-records F``: optimize with tuning."""
+    p = subparsers.add_parser(
+        "tune", help="tune a model's kernels and the pass's candidates' with AutoTVM, then optimize under them",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_CODES,
+        description=textwrap.fill(
+            "`relay-eqsat optimize` with tuning: spend --tune-trials AutoTVM trials on the tasks of MODEL and of "
+            "the programs the pass would choose between (the tasks they do not share first), adding each trial "
+            "to the AutoTVM log --tuning-records as it is measured, then optimize, build and time under that log. "
+            "Run again with the same log to go on where it stopped (a Ctrl-C keeps every trial measured); "
+            "`tvmc compile --tuning-records LOG --eqsat` then builds the tuned program without tuning.", 79))
+    _optimize_arguments(p)
+    p.set_defaults(func=run_tune)
+
+
+def run_tune(args) -> int:
+    if not args.tune_trials or not args.tuning_records:
+        print("relay-eqsat tune: --tune-trials N (at least 1) and --tuning-records LOG are required", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return guarded("tune", args.verbose, _run_optimize, args)
+
+
 def _run_optimize(args) -> int:
     from tvm import relay
 
@@ -313,7 +355,8 @@ def _run_optimize(args) -> int:
         eqsat = EqSatPass(**options)  # every option checked (the target too) before the model loads
         # a tracker named must answer now, within its timeout (not after the model loads)
         remote = check_remote(options.get("rpc_tracker"), options.get("rpc_key"))
-        records = resolve_records(options.get("tuning_records"))  # RecordsError: the file and the line
+        # RecordsError: the file and the line (a log to tune into may not exist yet)
+        records = None if tuning_into(options) else resolve_records(options.get("tuning_records"))
         mod, params = load_model(args.model, args.small, args.batch, args.input_shapes)
     except (ValueError, OSError, RemoteUnavailable) as e:  # ModelFileError and ShapesError are ValueErrors
         print(f"relay-eqsat optimize: {e}", file=sys.stderr)
@@ -351,6 +394,10 @@ def _optimize_and_measure(args, eqsat, original, target: str, reuse, remote=None
     if report is None:
         print("relay-eqsat optimize: the pass did not run (see the warning above)", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if report.get("tuning"):  # the programs are measured under what was tuned
+        from relay_eqsat.passes.runtime.records import resolve as resolve_records
+
+        records = resolve_records(report["tuning"]["log"])
     result = {"model": args.model + (" (small)" if args.small else ""), "target": target, "rtol": args.rtol,
               "options": {k: v for k, v in (eqsat.last_options or {}).items()}, "report": report}
     status = EXIT_OK

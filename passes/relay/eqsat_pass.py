@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import time
 from typing import Any, Mapping
 
@@ -31,7 +32,8 @@ from .simplify_copies import copied_ops
 from relay_eqsat.cost.tracker import remote_from_options
 from relay_eqsat.passes.runtime.builder import Builder, unavailable
 from relay_eqsat.passes.runtime.decision import RUNTIME_SETTINGS, judge, runtime_check
-from relay_eqsat.passes.runtime.records import resolve as resolve_records
+from relay_eqsat.passes.runtime.records import load_records, resolve as resolve_records
+from relay_eqsat.passes.runtime.tuning import check_tunable, plan_trials, program_tasks, tune
 from relay_eqsat.passes.runtime.remote import probe_device
 from relay_eqsat.passes.runtime.target import host_target
 from relay_eqsat.passes.runtime.verdicts import Verdicts, program_record
@@ -79,6 +81,11 @@ def optimize(graph: TensorGraph, options: Mapping[str, Any]) -> tuple[TensorGrap
 
 
 # -- the pass -------------------------------------------------------------------------
+
+def _has_records(path: str) -> bool:
+    """Whether the tuning log ``path`` exists with something in it (tuning starts one that does not)."""
+    return os.path.exists(path) and os.path.getsize(path) > 0
+
 
 def _input_in_our_form(typed: tvm.IRModule, graph: TensorGraph, signature, func, report: dict) -> TensorGraph:
     """``graph`` (the input in the frontend's form), marked changed in ``report``, when TVM builds it
@@ -213,16 +220,69 @@ class EqSatPass:
         try:
             opts = resolve_options(self.options, ctx)
             remote = remote_from_options(opts["rpc_tracker"], opts["rpc_key"])  # ValueError: one without the other
-            records = resolve_records(opts["tuning_records"])  # RecordsError (a ValueError): named, with its line
-        except (ValueError, TypeError) as e:
+            tuning = opts["tune_trials"] > 0
+            if tuning and not opts["tuning_records"]:
+                raise ValueError("tune_trials needs tuning_records: the AutoTVM log the trials are added to")
+            if tuning and remote is not None:
+                raise ValueError("tune_trials times its trials on this machine, not on RPC devices")
+            # RecordsError (a ValueError): named, with its line; a log to tune into may not exist yet
+            records = (resolve_records(opts["tuning_records"]) if not tuning or _has_records(opts["tuning_records"])
+                       else None)
+            if tuning:
+                check_tunable(records, opts["target"] or host_target())  # TuningError (a RuntimeError)
+        except (ValueError, TypeError, RuntimeError) as e:
             warn(f"EqSatPass: bad option ({e}); module left unchanged")
             return mod
         self.last_options = opts
         # a tracker named but down, or without a device under the key, is an error the user must see
         # (RemoteUnavailable), not a quiet fallback to predictions: it fails within its timeout
         device = probe_device(remote, opts["target"] or host_target()) if remote is not None else ""
+        tuned = None
+        if tuning:
+            try:
+                tuned = self._tune(mod, opts, device, records)
+            except Exception as e:  # noqa: BLE001 - a pass must not break the build (Ctrl-C goes on up)
+                log.exception("EqSatPass: tuning failed")
+                warn(f"EqSatPass: tuning failed ({type(e).__name__}: {e}); module left unchanged")
+                return mod
+            records = load_records(opts["tuning_records"]) if _has_records(opts["tuning_records"]) else None
         with contextlib.ExitStack() as stack:  # the builds in child processes stop when the pass ends
-            return self._transform(mod, opts, remote, device, records, stack)
+            out = self._transform(mod, opts, remote, device, records, stack)
+        if tuned is not None and self.last_report is not None:
+            self.last_report["tuning"] = tuned
+        return out
+
+    def _tune(self, mod: tvm.IRModule, opts: Mapping[str, Any], device: str, records) -> dict:
+        """Spend ``tune_trials`` AutoTVM trials on the tasks of the input and of the candidates the
+        optimizer finds under ``records`` (the log's records so far, or None), adding them to the
+        log (:mod:`relay_eqsat.passes.runtime.tuning`); what was tuned, for the report."""
+        t0 = time.perf_counter()
+        if self.params:
+            mod = bind_params(mod, self.params)
+        typed, func = main_function(mod)
+        graph = from_relay(typed)
+        signature = _signature(graph)
+        target = opts["target"] or host_target()
+        cost_model = resolve_cost(opts["cost"], target, device=device, jobs=opts["jobs"], records=records)
+        try:
+            judgement = judge(opts, cost_model, None, device, records)
+            new_graph, report = optimize(graph, dict(opts, target=target, cost=cost_model,
+                                                     calibrate=judgement.calibrate, min_gain=0.0,
+                                                     runtime_decides=True))
+        finally:
+            if cost_model is not opts["cost"]:
+                cost_model.close()
+        programs = {"the input": typed}
+        if report.get("changed"):
+            programs["the result"] = _module(typed, func, new_graph, signature)
+        for i, cand in enumerate(report.get("alternatives") or ()):
+            programs[f"candidate {i + 2}"] = _module(typed, func, cand.graph, signature)
+        plan = plan_trials(program_tasks(programs, target), opts["tune_trials"], len(programs))
+        measured = tune(plan, opts["tuning_records"])
+        return {"budget": opts["tune_trials"], "measured": measured, "programs": list(programs),
+                "tasks": [{"task": t.describe(), "programs": sorted(t.programs), "planned": t.trials,
+                           "before": t.done, "measured": t.measured} for t in plan],
+                "log": opts["tuning_records"], "seconds": time.perf_counter() - t0}
 
     def _transform(self, mod: tvm.IRModule, opts: Mapping[str, Any], remote, device: str, records,
                    stack: contextlib.ExitStack) -> tvm.IRModule:

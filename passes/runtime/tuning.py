@@ -1,0 +1,240 @@
+"""Tuning the pass's choices with AutoTVM: the tasks of the input and of the pass's candidates,
+one trial budget, one records file.
+
+A kernel's tuned time can reverse the pass's decision (a split that pays for an untuned schedule
+may lose to the whole kernel tuned), so the tasks the decision rests on are tuned: those of the
+input and of each candidate the pass would compare. :func:`program_tasks` extracts each
+program's AutoTVM tasks; :func:`plan_trials` spends the budget on them, the tasks one program
+runs and another does not first (where the decision is open), then the tasks all of them run
+(which the shipped program needs tuned as much), each task's share of the trials by its
+floating-point work; :func:`tune` runs the plan, appending every trial to the records file as it
+is measured (a Ctrl-C keeps them), and a second run on the same file tunes only what the plan
+still lacks (a task's trials already in the file count, and are not measured again).
+
+The tuner is AutoTVM's random search (``RandomTuner``): at the budgets a small machine affords
+(tens of trials a task: 16 trials of a SqueezeNet convolution took 130 s on 2 cores) a genetic
+search's first generation is random samples too, and AutoTVM's XGBoost tuner trains in the
+tuning process, which hangs this TVM.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import os
+from typing import Mapping, Sequence
+
+import tvm
+
+from relay_eqsat import progress
+
+log = logging.getLogger(__name__)
+
+#: no task planned gets fewer trials than this (below it random search is a lottery); a budget
+#: too small for every task at this floor leaves the last tasks untuned
+MIN_TRIALS = 8
+#: how AutoTVM times a trial: each timing at least this long, the median of ``repeat``
+TRIAL_MIN_REPEAT_MS = 50
+TRIAL_REPEAT = 3
+#: a trial's build or run past this many seconds is an error (the configuration is dropped)
+TRIAL_TIMEOUT_S = 20
+
+
+class TuningError(RuntimeError):
+    """The model cannot be tuned (records of another tuner, a target AutoTVM cannot measure here)."""
+
+
+@dataclasses.dataclass
+class Task:
+    """One AutoTVM task, the programs that run it and the trials planned for it."""
+
+    task: object           # autotvm.task.Task
+    programs: set          # names of the programs that run it
+    flop: float
+    trials: int = 0        # planned, in all (the records file's count included)
+    done: int = 0          # in the records file before this run
+    measured: int = 0      # measured in this run
+
+    @property
+    def key(self) -> tuple:
+        return task_key(self.task)
+
+    def describe(self) -> str:
+        return f"{self.task.name} {self.task.args}"
+
+
+def task_key(task) -> tuple:
+    """What identifies a task across programs and in a records file: its name and workload."""
+    return (task.name, str(task.workload))
+
+
+def program_tasks(programs: Mapping[str, tvm.IRModule], target: str) -> list[Task]:
+    """The AutoTVM tasks of ``programs`` (name -> module, weights bound), each once, with the
+    programs that run it."""
+    from tvm import autotvm
+
+    found: dict[tuple, Task] = {}
+    for name, mod in programs.items():
+        for t in _quiet_extraction(lambda: autotvm.task.extract_from_program(mod["main"], target=target, params={})):
+            key = task_key(t)
+            if key not in found:
+                found[key] = Task(t, set(), float(getattr(t, "flop", 0) or 0))
+            found[key].programs.add(name)
+    return list(found.values())
+
+
+def _quiet_extraction(extract):
+    """``extract()``, its lowering thread's errors logged rather than printed: AutoTVM collects the
+    tasks while it lowers the program in a thread, and this TVM's lowering of some convolutions fails
+    after their tasks were collected (``Cannot find the Realization point``), which changes nothing."""
+    import threading
+
+    before = threading.excepthook
+
+    def hook(args):
+        log.debug("AutoTVM task extraction: %s: %s", args.exc_type.__name__, args.exc_value)
+
+    threading.excepthook = hook
+    try:
+        return extract()
+    finally:
+        threading.excepthook = before
+
+
+def plan_trials(tasks: Sequence[Task], budget: int, programs: int) -> list[Task]:
+    """``tasks`` in the order they are tuned, each with its ``trials``: those not run by all
+    ``programs`` first (the decision between the programs rests on them), then the rest. Within each,
+    the programs take turns (every program's largest task by floating-point work, then every
+    program's second, ...), so a budget too small for all of them tunes each program alike and the
+    comparison stays fair. Each task gets the budget's share of its work, at least
+    :data:`MIN_TRIALS` (less when the budget cannot give that much to every unshared task), at most its configuration space; what is left once the budget is spent
+    gets none."""
+    def shared(t: Task) -> bool:
+        return len(t.programs) >= programs
+
+    rank: dict[tuple, int] = {}  # a task's place among its program's tasks of its kind (shared or not)
+    for name in sorted({p for t in tasks for p in t.programs}):
+        for kind in (False, True):
+            own = sorted((t for t in tasks if name in t.programs and shared(t) == kind),
+                         key=lambda t: (-t.flop, t.key))
+            for i, t in enumerate(own):
+                rank[t.key] = min(rank.get(t.key, i), i)
+    ordered = sorted(tasks, key=lambda t: (shared(t), rank[t.key], -t.flop, t.key))
+    work = sum(max(t.flop, 1.0) for t in ordered)
+    # the floor, lowered when the budget cannot give it to every task the programs do not share
+    # (each of them gets some trials then: the comparison is between them)
+    unshared = sum(1 for t in ordered if not shared(t)) or len(ordered) or 1
+    floor = max(1, min(MIN_TRIALS, budget // unshared))
+    left = budget
+    for t in ordered:
+        share = math.ceil(budget * max(t.flop, 1.0) / work)
+        want = min(max(share, floor), len(t.task.config_space))
+        t.trials = min(want, left)
+        left -= t.trials
+    return ordered
+
+
+def records_per_task(path: str) -> dict[tuple, list[int]]:
+    """The configuration indices each task has in the AutoTVM log ``path`` (none when it is missing)."""
+    from tvm import autotvm
+
+    out: dict[tuple, list[int]] = {}
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return out
+    for inp, _ in autotvm.record.load_from_file(path):
+        out.setdefault(task_key(inp.task), []).append(inp.config.index)
+    return out
+
+
+class _Here:
+    """What AutoTVM's timing asks of a session (a device, a global function), for this process: an
+    RPC ``LocalSession`` would tag its devices as remote ones, which a local module cannot time."""
+
+    @staticmethod
+    def device(name, index=0):
+        return tvm.device(name, index)
+
+    @staticmethod
+    def get_function(name):
+        return tvm.get_global_func(name)
+
+
+class LoadHere:
+    """AutoTVM's module loader for trials timed on this machine: the built library loaded in the
+    measuring worker itself (AutoTVM's own loader uploads it to an RPC server, where this TVM fails
+    to load it: every trial an error). Picklable: the runner's worker processes receive it."""
+
+    @contextlib.contextmanager
+    def __call__(self, remote_kwargs, build_result):
+        yield _Here(), tvm.runtime.load_module(build_result.filename)
+
+
+def _here_runner_class():
+    from tvm import autotvm
+
+    class HereRunner(autotvm.measure.RPCRunner):
+        """AutoTVM's runner for this machine without a tracker or server: each trial timed in one
+        worker process at a time (two timings at once on a small machine disturb each other)."""
+
+        def __init__(self, **kwargs):
+            super().__init__(key="here", host=None, port=None, n_parallel=1, module_loader=LoadHere(),
+                             **kwargs)
+
+        def set_task(self, task):
+            self.task = task
+
+    return HereRunner
+
+
+def measure_option():
+    """AutoTVM's measuring: builds in a local process pool, linked by the host's compiler as a shared
+    library, timed here one trial at a time (:class:`LoadHere`)."""
+    from tvm import autotvm
+    from tvm.contrib import cc
+
+    return autotvm.measure_option(
+        builder=autotvm.LocalBuilder(timeout=TRIAL_TIMEOUT_S, build_func=cc.create_shared),
+        runner=_here_runner_class()(number=1, repeat=TRIAL_REPEAT, min_repeat_ms=TRIAL_MIN_REPEAT_MS,
+                                    timeout=TRIAL_TIMEOUT_S, enable_cpu_cache_flush=True))
+
+
+def tune(plan: Sequence[Task], path: str, enabled: bool | None = None) -> int:
+    """Run ``plan`` (from :func:`plan_trials`), appending each trial to the AutoTVM log ``path``;
+    a task's trials already in the log count towards its plan and are not measured again.
+    Returns the trials measured. A Ctrl-C (KeyboardInterrupt) stops it, the log keeping every
+    trial measured."""
+    from tvm import autotvm
+
+    done = records_per_task(path)
+    for t in plan:
+        t.done, t.measured = len(done.get(t.key, ())), 0
+    todo = sum(max(0, t.trials - t.done) for t in plan)
+    option = measure_option()
+    with progress.bar(todo, "tuning", unit="trial", enabled=enabled) as bar:
+        def counted(tuner, inputs, results):
+            bar.update(len(results))
+
+        for t in plan:
+            n = t.trials - t.done
+            if n <= 0:
+                continue
+            tuner = autotvm.tuner.RandomTuner(t.task)
+            tuner.visited.extend(done.get(t.key, ()))  # measured by an earlier run: not again
+            bar.set_postfix_str(t.task.name, refresh=False)
+            before = bar.n
+            tuner.tune(n_trial=n, measure_option=option,
+                       callbacks=[autotvm.callback.log_to_file(path), counted])
+            t.measured = bar.n - before
+    return sum(t.measured for t in plan)
+
+
+def check_tunable(records, target: str) -> None:
+    """TuningError unless ``records`` (None, or the log tuning appends to) are AutoTVM's and the
+    target's kernels can be timed here."""
+    if records is not None and records.kind != "autotvm":
+        raise TuningError(f"tune_trials appends AutoTVM trials; {records.path} holds {records.kind} records")
+    from .target import runs_here
+
+    if not runs_here(target):
+        raise TuningError(f"tune_trials times trials on this machine, which does not run {target}")

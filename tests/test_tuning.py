@@ -1,0 +1,133 @@
+"""Tuning the pass's choices (passes/runtime/tuning.py, ``tune_trials``, ``relay-eqsat tune``): the
+budget planned where the decision is open and fairly between the programs compared, trials timed
+here and appended to the log as measured (a second run goes on where the first stopped, an
+interrupted one keeps what it measured), and the log reproducing the tuned program in
+``tvmc compile --tuning-records LOG --eqsat`` without tuning again, its outputs unchanged."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import tvm
+from tvm import autotvm, relay
+
+from relay_eqsat import EqSatPass
+from relay_eqsat.cli import main as cli_main
+from relay_eqsat.passes.runtime import tuning
+from relay_eqsat.passes.runtime.target import host_target
+from tests.test_records import auto_scheduler_log, dense_relu  # noqa: F401 - a fixture
+from tests.test_tvmc import assert_same, compile_reference, parallel_conv_model, random_inputs, \
+    report_of, run_package
+
+
+@dataclasses.dataclass
+class FakeTask:
+    name: str
+    config_space: range
+    args: tuple = ()
+    workload: tuple = ()
+
+    def __post_init__(self):
+        self.workload = (self.name,)
+
+
+def task(name, flop, programs, space=1000):
+    return tuning.Task(FakeTask(name, range(space)), set(programs), flop)
+
+
+def test_the_budget_goes_first_to_what_the_programs_do_not_share_and_to_each_program_in_turn():
+    tasks = [task("shared-big", 1e9, {"a", "b"}),
+             task("a-big", 4e8, {"a"}), task("a-small", 1e6, {"a"}),
+             task("b-big", 2e8, {"b"}), task("b-mid", 1e8, {"b"}), task("b-small", 1e6, {"b"})]
+    plan = tuning.plan_trials(tasks, 24, 2)
+    # each program's largest unshared task, then each one's second (larger first), ...; the shared one last
+    assert [t.task.name for t in plan] == ["a-big", "b-big", "b-mid", "a-small", "b-small", "shared-big"]
+    # shares by work, at least 24 // 5 (the unshared tasks) each while the budget lasts
+    assert [t.trials for t in plan] == [6, 4, 4, 4, 4, 2]
+    plan = tuning.plan_trials(tasks, 60, 2)  # enough for MIN_TRIALS each: the largest get more
+    assert [t.trials for t in plan] == [15, 8, 8, 8, 8, 13]
+    big = tuning.plan_trials([task("x", 9e9, {"a"}), task("y", 1e9, {"a"}, space=3)], 100, 1)
+    assert [t.trials for t in big] == [90, 3]  # shares by work, never past a task's configurations
+
+
+def test_trials_are_timed_here_appended_as_measured_and_a_second_run_goes_on_where_the_first_stopped(tmp_path):
+    tasks = tuning.program_tasks({"the input": dense_relu()}, host_target())
+    plan = [t for t in tuning.plan_trials(tasks, 3, 1) if t.trials]
+    log = tmp_path / "dense.log"
+    assert tuning.tune(plan, str(log), enabled=False) == 3
+    records = list(autotvm.record.load_from_file(str(log)))
+    assert len(records) == 3 and all(r.error_no == 0 and 0 < r.costs[0] < 1 for _, r in records)
+    assert tuning.tune(plan, str(log), enabled=False) == 0  # all there: nothing measured again
+    before = plan[0].trials
+    plan[0].trials += 2
+    assert tuning.tune(plan, str(log), enabled=False) == 2
+    assert (plan[0].done, plan[0].measured) == (before, 2)
+    seen = [(tuning.task_key(i.task), i.config.index) for i, _ in autotvm.record.load_from_file(str(log))]
+    assert len(seen) == len(set(seen)) == 5  # no configuration measured twice
+
+
+def test_an_interrupted_run_keeps_the_trials_it_measured(tmp_path, monkeypatch):
+    tasks = tuning.program_tasks({"the input": dense_relu()}, host_target())
+    plan = [t for t in tuning.plan_trials(tasks, 4, 1) if t.trials]
+    real = autotvm.tuner.RandomTuner.tune
+
+    def stopped(self, n_trial, measure_option, callbacks=()):
+        def ctrl_c(tuner, inputs, results):
+            raise KeyboardInterrupt
+        return real(self, n_trial, measure_option, callbacks=[*callbacks, ctrl_c])
+
+    monkeypatch.setattr(autotvm.tuner.RandomTuner, "tune", stopped)
+    log = tmp_path / "dense.log"
+    with pytest.raises(KeyboardInterrupt):
+        tuning.tune(plan, str(log), enabled=False)
+    kept = list(autotvm.record.load_from_file(str(log)))
+    assert 0 < len(kept) < 4 and all(r.error_no == 0 for _, r in kept)
+
+
+def test_tuning_options_that_cannot_work_leave_the_module_unchanged_with_a_warning(tmp_path, auto_scheduler_log):
+    mod = dense_relu()
+    with pytest.warns(UserWarning, match="tune_trials needs tuning_records"):
+        assert EqSatPass(tune_trials=4)(mod).same_as(mod)
+    with pytest.warns(UserWarning, match="holds auto_scheduler records"):
+        assert EqSatPass(tune_trials=4, tuning_records=str(auto_scheduler_log))(mod).same_as(mod)
+    with pytest.warns(UserWarning, match="does not run"):
+        assert EqSatPass(tune_trials=4, tuning_records=str(tmp_path / "new.log"),
+                         target="llvm -mtriple=aarch64-linux-gnu")(mod).same_as(mod)
+    assert cli_main(["tune", "zoo:squeezenet", "--small", "--tuning-records", str(tmp_path / "l.log")]) == 2
+    assert not (tmp_path / "l.log").exists()
+
+
+def call_ops(mod) -> dict[str, int]:
+    counts: dict[str, int] = {}
+
+    def visit(e):
+        if isinstance(e, relay.Call) and isinstance(e.op, tvm.ir.Op):
+            counts[e.op.name] = counts.get(e.op.name, 0) + 1
+
+    relay.analysis.post_order_visit(mod["main"], visit)
+    return counts
+
+
+def test_tune_then_tvmc_compile_with_its_log_builds_the_tuned_program_without_tuning(tmp_path, capsys):
+    """`relay-eqsat tune` tunes the input's and the candidates' kernels into one AutoTVM log and
+    optimizes under it; `tvmc compile --tuning-records LOG --eqsat` then makes the same program
+    (the remembered verdict under that log), tunes nothing, and computes what the model does."""
+    model, shapes = parallel_conv_model(tmp_path)
+    log, saved = tmp_path / "tuned.log", tmp_path / "tuned.json"
+    assert cli_main(["tune", str(model), "--tune-trials", "6", "--tuning-records", str(log),
+                     "--save-module", str(saved), "--no-progress"]) == 0
+    assert "tuning:            6 AutoTVM trials measured" in capsys.readouterr().out
+    trials = list(autotvm.record.load_from_file(str(log)))
+    assert len(trials) == 6 and sum(r.error_no == 0 for _, r in trials) >= 4
+    # the input's convolutions (16 channels out) and the merged candidate's (32) both tuned
+    assert {tuple(i.task.args[1][1]) for i, _ in trials} == {(16, 8, 3, 3), (32, 8, 3, 3)}
+    out, rep = tmp_path / "opt.tar", tmp_path / "tvmc.json"
+    assert cli_main(["tvmc", "compile", str(model), "-o", str(out), "--eqsat", "--tuning-records", str(log),
+                     "--eqsat-report", str(rep)]) == 0
+    again = report_of(rep)
+    with open(saved) as f:
+        ops = call_ops(tvm.ir.load_json(f.read()))
+    assert {k: n for k, n in again["ops_after"].items() if k not in ("var", "constant", "tuple")} == ops
+    assert "tuning" not in again and len(list(autotvm.record.load_from_file(str(log)))) == 6
+    inputs = random_inputs(shapes)
+    assert_same(run_package(compile_reference(model, tmp_path), inputs), run_package(out, inputs))
