@@ -33,13 +33,13 @@ IMAGE = [1, 3, 224, 224]
 #: range [low, high) of valid values (token ids below the vocabulary size, a 0/1 mask)
 #: torchvision models of issue 15's real-model set (with "bert": ``bench/real_models.py --models all``)
 ISSUE_VISION = ("resnet50", "squeezenet1_1", "googlenet", "densenet121", "shufflenet_v2_x1_0")
-#: more torchvision models a user brings, each with ops or forms the issue's set lacks (hardswish and
-#: squeeze-excitation, SiLU, 32-group convolutions, channels-last layer norm and GELU, a ViT whose
-#: attention is torch's ``multi_head_attention_forward``, shifted-window attention with torch.roll and
-#: a relative position bias, VGG's 100-M-parameter dense layers, MnasNet's 5x5 depthwise convolutions):
-#: ``bench/real_models.py --models extra``
-EXTRA_VISION = ("mobilenet_v3_large", "efficientnet_b0", "resnext50_32x4d", "regnet_y_400mf", "convnext_tiny",
-                "vit_b_16", "swin_t", "vgg16", "mnasnet1_0")
+#: more torchvision models a user brings, each with ops or forms the issue's set lacks (ReLU6 inverted
+#: residuals, hardswish and squeeze-excitation, SiLU, 32-group convolutions, channels-last layer norm and
+#: GELU, a ViT whose attention is torch's ``multi_head_attention_forward``, shifted-window attention with
+#: torch.roll and a relative position bias, VGG's 100-M-parameter dense layers, MnasNet's 5x5 depthwise
+#: convolutions): ``bench/real_models.py --models extra``
+EXTRA_VISION = ("mobilenet_v2", "mobilenet_v3_large", "efficientnet_b0", "resnext50_32x4d", "regnet_y_400mf",
+                "convnext_tiny", "vit_b_16", "swin_t", "vgg16", "mnasnet1_0")
 class Transformer(NamedTuple):
     """A transformers model to export (random weights; it returns its last hidden state)."""
 

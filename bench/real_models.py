@@ -93,6 +93,10 @@ VARIANT_OPTIONS: dict[str, dict | None] = {
     "exact_math": {"fast_math": False},  # the default without the approximate rules (exp, tanh, erf, softmax)
 }
 VARIANTS = tuple(VARIANT_OPTIONS)
+#: with --tune-trials B (issue 58): TVM tuned (AutoTVM, the input's tasks, B trials) and the pass
+#: tuning its choices with the same B (``tune_trials``), each built under its own log
+TVM_TUNED, PASS_TUNED = "opt3_tuned", "tuned"
+TUNED_VARIANTS = (TVM_TUNED, PASS_TUNED)
 RTOL = 1e-4
 MIN_ROUNDS = 3  # --time-budget never cuts a model's paired rounds below this
 DEFAULT_ZOO = "nasrnn,nasnet_a:small"
@@ -161,6 +165,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0, help="random inputs")
     ap.add_argument("--without-rules", default="", metavar="RULES",
                     help="add the variant without_rules: the defaults less these rules (comma-separated)")
+    ap.add_argument("--tune-trials", type=int, default=0, metavar="B",
+                    help=f"add the variants {TVM_TUNED} (opt_level 3 under B AutoTVM trials on the input's tasks) "
+                         f"and {PASS_TUNED} (the pass with tune_trials=B); logs beside --out, resumed if there")
     ap.add_argument("--out", default=str(zoo_models.RESULTS_DIR / "real_models.json"), help="JSON result file")
     args = ap.parse_args(argv)
     if args.rounds is None:
@@ -183,6 +190,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         except ValueError as e:
             ap.error(str(e))
         args.variant_list.append(WITHOUT)
+    if args.tune_trials < 0:
+        ap.error("--tune-trials must be >= 0")
+    if args.tune_trials:
+        args.variant_list += list(TUNED_VARIANTS)
     return args
 
 
@@ -203,26 +214,29 @@ def default_rules_without(names: Sequence[str]) -> list:
     return [r for r in rules if r.name not in left_out]
 
 
-def make_pass(variant: str, without: Sequence[str] = ()):
+def make_pass(variant: str, without: Sequence[str] = (), tuning: Mapping | None = None):
     """``(EqSatPass, options it does not know)`` for ``variant``: options this EqSatPass lacks are
     left out (and reported) rather than failing the variant. ``without``: the rules the
-    ``without_rules`` variant leaves out of the defaults."""
+    ``without_rules`` variant leaves out of the defaults; ``tuning``: the options of the
+    ``tuned`` variant (tune_trials and tuning_records)."""
     from relay_eqsat.passes import DEFAULT_OPTIONS, EqSatPass
 
     if variant == WITHOUT:
         options = {"rules": default_rules_without(without)}
+    elif variant == PASS_TUNED:
+        options = dict(tuning or {})
     else:
         options = VARIANT_OPTIONS["default" if variant == RERUN else variant]
     known = {k: v for k, v in options.items() if k in DEFAULT_OPTIONS}
     return EqSatPass(**known), sorted(set(options) - set(known))
 
 
-def run_pass(variant: str, bound, without: Sequence[str] = ()) -> tuple[Any, dict]:
+def run_pass(variant: str, bound, without: Sequence[str] = (), tuning: Mapping | None = None) -> tuple[Any, dict]:
     """(the module after ``variant``'s pass, what to record: optimization seconds, the report's
     figures, warnings); the module is ``bound`` itself when the pass kept it."""
     import tvm
 
-    p, missing = make_pass(variant, without)
+    p, missing = make_pass(variant, without, tuning)
     with warnings.catch_warnings(record=True) as caught, runtime_stats.stopwatch() as took:
         warnings.simplefilter("always")
         with tvm.transform.PassContext(opt_level=3):
@@ -242,7 +256,7 @@ def run_pass(variant: str, bound, without: Sequence[str] = ()) -> tuple[Any, dic
     for key in ("runtime_candidates", "runtime_chosen"):  # calibration's candidates timed side by side
         if key in report:
             info[key] = report[key]
-    for key in ("runtime_check_cached", "judged_by"):  # a verdict remembered in the cost database
+    for key in ("runtime_check_cached", "judged_by", "tuning"):  # a verdict remembered; what was tuned
         if key in report:
             info[key] = report[key]
     if missing:
@@ -278,12 +292,17 @@ def same_program(a, b) -> bool:
     return all(tvm.ir.structural_equal(_without_report(a[n]), _without_report(b[n])) for n in names_a)
 
 
-def dedup(modules: Mapping[str, Any]) -> dict[str, str]:
-    """variant -> the first variant (in ``modules``' order) with the same program (itself if new)."""
+def dedup(modules: Mapping[str, Any], records: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """variant -> the first variant (in ``modules``' order) with the same program built under the
+    same tuning ``records`` (variant -> records or None) (itself if new)."""
     firsts: list[str] = []
     same: dict[str, str] = {}
+
+    def digest(name):
+        return getattr((records or {}).get(name), "digest", None)
+
     for name, mod in modules.items():
-        same[name] = next((f for f in firsts if same_program(modules[f], mod)), name)
+        same[name] = next((f for f in firsts if digest(f) == digest(name) and same_program(modules[f], mod)), name)
         if same[name] == name:
             firsts.append(name)
     return same
@@ -321,17 +340,30 @@ def _run_variants(bound, inputs: Mapping, variants: Sequence[str], args, referen
 
     records: dict[str, dict] = {BASELINE: {"opt_time": 0.0}}
     modules = {BASELINE: bound}
+    logs: dict[str, Any] = {}  # variant -> the tuning records it is built under
     for v in variants:
         if v == BASELINE:
             continue
         for run in ((v, RERUN) if v == "default" else (v,)):
             try:
-                modules[run], records[run] = run_pass(run, bound, args.without_rules)
+                if run == TVM_TUNED:
+                    modules[run], records[run] = bound, tune_input(bound, args.tune_trials, tuning_log(args, run))
+                else:
+                    tuning = None
+                    if run == PASS_TUNED:
+                        tuning_log(args, run).parent.mkdir(parents=True, exist_ok=True)
+                        tuning = {"tune_trials": args.tune_trials, "tuning_records": str(tuning_log(args, run))}
+                    modules[run], records[run] = run_pass(run, bound, args.without_rules, tuning)
+                if run in TUNED_VARIANTS:
+                    from relay_eqsat.passes.runtime.records import load_records
+
+                    logs[run] = load_records(tuning_log(args, run))
+                    records[run]["tuning_log"] = str(tuning_log(args, run))
             except Exception as e:  # noqa: BLE001 - one variant failing is a result
                 records[run] = {"error": f"pass failed: {tables.error_text(e)}"}
             print(f"  {run}: " + (records[run].get("error") or f"{records[run]['opt_time']:.1f} s, "
                                   f"reason: {records[run].get('reason')}"), flush=True)
-    same = dedup(modules)
+    same = dedup(modules, logs)
     built, first_run_s = {}, {}
     for name in modules:
         rec = records[name]
@@ -341,7 +373,8 @@ def _run_variants(bound, inputs: Mapping, variants: Sequence[str], args, referen
             continue
         try:
             hits = reuse.hits
-            m, outputs, rec["build_time"], first_run_s[name] = build_and_run(modules[name], inputs)
+            m, outputs, rec["build_time"], first_run_s[name] = build_and_run(modules[name], inputs,
+                                                                             records=logs.get(name))
             rec["build_reused"] = reuse.hits > hits  # the pass's runtime check built it (build_time: that build's)
             built[name] = (m, outputs)
         except Exception as e:  # noqa: BLE001
@@ -366,6 +399,9 @@ def _run_variants(bound, inputs: Mapping, variants: Sequence[str], args, referen
         rec.update(median_s=statistics.median(samples[first]), samples_s=samples[first], ratio_vs_opt3=ratio,
                    wins=wins, rounds=len(base))
         rec["max_err_vs_opt3"] = output_error(built[BASELINE][1], outputs)[0]
+        if name == PASS_TUNED and same.get(TVM_TUNED) in samples:  # the pass + tuning against tuning alone
+            rec["ratio_vs_opt3_tuned"], rec["wins_vs_opt3_tuned"] = paired_ratio(samples[same[TVM_TUNED]],
+                                                                                 samples[first])
         if first != name:
             rec["build_time"] = records[first].get("build_time")
         if reference is not None:
@@ -376,11 +412,36 @@ def _run_variants(bound, inputs: Mapping, variants: Sequence[str], args, referen
     return records
 
 
+def tuning_log(args, variant: str) -> Path:
+    """Where ``variant`` of the model being run keeps its AutoTVM log: beside --out (a rerun with the
+    same --out goes on tuning where the last one stopped)."""
+    return Path(args.out).parent / "tuning" / f"{args.current_model}.{variant}.log"
+
+
+def tune_input(bound, trials: int, log: Path) -> dict:
+    """TVM tuned alone: ``trials`` AutoTVM trials on the input's tasks (planned as the pass plans
+    its own: by floating-point work, at least MIN_TRIALS each while the budget lasts), into ``log``."""
+    from relay_eqsat.passes.runtime.target import host_target
+    from relay_eqsat.passes.runtime.tuning import plan_trials, program_tasks, tune
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with runtime_stats.stopwatch() as took:
+        plan = plan_trials(program_tasks({"the input": bound}, host_target()), trials, 1)
+        measured = tune(plan, str(log))
+    seconds = took()
+    return {"opt_time": seconds, "reason": f"{measured} AutoTVM trials on {sum(1 for t in plan if t.trials)} of "
+                                            f"{len(plan)} tasks", "tuning": {
+        "budget": trials, "measured": measured, "seconds": seconds, "programs": ["the input"], "log": str(log),
+        "tasks": [{"task": t.describe(), "planned": t.trials, "before": t.done, "measured": t.measured}
+                  for t in plan]}}
+
+
 # -- rows -----------------------------------------------------------------------------------------
 
 def onnx_row(name: str, py: Path | None, workdir: Path, args) -> dict:
     """One real model: export (cached), onnxruntime, TVM's variants."""
     row: dict[str, Any] = {"model": name, "kind": "onnx"}
+    args.current_model = name
     try:
         if py is None:
             raise RuntimeError("no export venv")
@@ -399,6 +460,7 @@ def onnx_row(name: str, py: Path | None, workdir: Path, args) -> dict:
 
 def zoo_row(name: str, small: bool, args) -> dict:
     row: dict[str, Any] = {"model": f"zoo:{name}", "kind": "zoo", "small": small}
+    args.current_model = f"zoo_{name}" + ("_small" if small else "")
     try:
         bound, inputs = load_zoo(name, small, args.seed)
         row["variants"] = run_variants(bound, inputs, args.variant_list, args, None)
@@ -466,6 +528,14 @@ def notes(rows: Sequence[Mapping]) -> list[str]:
                                   for c in rec["runtime_candidates"])
                 lines.append(f"{where}: calibration's candidates timed side by side: {timed}; "
                              f"the pass judged #{rec.get('runtime_chosen', 0) + 1}")
+            if rec.get("tuning"):
+                t = rec["tuning"]
+                lines.append(f"{where}: {t['measured']} AutoTVM trials (random search) in {t['seconds']:.0f} s, "
+                             f"budget {t['budget']}, {sum(1 for k in t['tasks'] if k['planned'])} of "
+                             f"{len(t['tasks'])} tasks of {', '.join(t['programs'])}; log {rec.get('tuning_log')}")
+            if "ratio_vs_opt3_tuned" in rec:
+                lines.append(f"{where}: against {TVM_TUNED} (tuning alone, same budget): median ratio "
+                             f"{rec['ratio_vs_opt3_tuned']:.3f}, faster in {rec['wins_vs_opt3_tuned']}/{rec['rounds']} rounds")
             if rec.get("options_missing"):
                 lines.append(f"{where}: EqSatPass has no option(s) {', '.join(rec['options_missing'])}; left out")
         for variant, rec in (row.get("variants") or {}).items():
@@ -488,7 +558,7 @@ def plot_ratios(rows: Sequence[Mapping], path: Path) -> Path | None:
     shown = [r for r in rows if r.get("variants", {}).get(BASELINE, {}).get("median_s")]
     if not shown:
         return None
-    series = [v for v in [*VARIANTS[1:], RERUN] if any(v in r["variants"] for r in shown)]
+    series = [v for v in [*VARIANTS[1:], RERUN, *TUNED_VARIANTS] if any(v in r["variants"] for r in shown)]
     values = {v: [r["variants"].get(v, {}).get("ratio_vs_opt3", np.nan) for r in shown] for v in series}
     if any("ort" in r for r in shown):
         values["onnxruntime"] = [r["ort"]["median_s"] / r["variants"][BASELINE]["median_s"] if "ort" in r

@@ -57,7 +57,15 @@ def test_trials_are_timed_here_appended_as_measured_and_a_second_run_goes_on_whe
     assert tuning.tune(plan, str(log), enabled=False) == 3
     records = list(autotvm.record.load_from_file(str(log)))
     assert len(records) == 3 and all(r.error_no == 0 and 0 < r.costs[0] < 1 for _, r in records)
+    # each task's first trial is TVM's untuned choice: its records are never worse than no records
+    for t in plan:
+        first = next(i for i, _ in records if tuning.task_key(i.task) == t.key)
+        assert first.config.index == tuning.fallback_index(t.task) is not None
     assert tuning.tune(plan, str(log), enabled=False) == 0  # all there: nothing measured again
+    other = tmp_path / "again.log"  # one task, one budget: the same configurations, in any run
+    assert tuning.tune(plan, str(other), enabled=False) == 3
+    assert ([i.config.index for i, _ in autotvm.record.load_from_file(str(other))]
+            == [i.config.index for i, _ in records])
     before = plan[0].trials
     plan[0].trials += 2
     assert tuning.tune(plan, str(log), enabled=False) == 2

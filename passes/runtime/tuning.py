@@ -9,7 +9,9 @@ runs and another does not first (where the decision is open), then the tasks all
 (which the shipped program needs tuned as much), each task's share of the trials by its
 floating-point work; :func:`tune` runs the plan, appending every trial to the records file as it
 is measured (a Ctrl-C keeps them), and a second run on the same file tunes only what the plan
-still lacks (a task's trials already in the file count, and are not measured again).
+still lacks (a task's trials already in the file count, and are not measured again). A task's
+first trial is TVM's own untuned choice (its fallback configuration), so the records never make a
+kernel slower than TVM builds it without them.
 
 The tuner is AutoTVM's random search (``RandomTuner``): at the budgets a small machine affords
 (tens of trials a task: 16 trials of a SqueezeNet convolution took 130 s on 2 cores) a genetic
@@ -23,6 +25,8 @@ import dataclasses
 import logging
 import math
 import os
+import random
+import zlib
 from typing import Mapping, Sequence
 
 import tvm
@@ -199,6 +203,69 @@ def measure_option():
                                     timeout=TRIAL_TIMEOUT_S, enable_cpu_cache_flush=True))
 
 
+def _same_entity(a, b) -> bool:
+    """Whether two knob values are the same choice (a split's outer factor is -1 in the space)."""
+    if hasattr(a, "size") and hasattr(b, "size"):
+        return list(a.size[1:]) == list(b.size[1:])
+    return repr(a) == repr(b)
+
+
+def fallback_index(task) -> int | None:
+    """The index in ``task``'s configuration space of TVM's own untuned choice for it (the
+    fallback configuration its template picks without records), or None where it has none there."""
+    from tvm.autotvm.task.dispatcher import FallbackContext
+
+    from tvm.autotvm.env import GLOBAL_SCOPE
+
+    ctx, silent = FallbackContext(), GLOBAL_SCOPE.silent
+    GLOBAL_SCOPE.silent = True  # not AutoTVM's warning that a fallback is used: that is the point here
+    try:
+        with ctx, tvm.target.Target(task.target):
+            task.func(*task.args)
+        (cfg,) = ctx.memory.values()
+        space = task.config_space
+        knob = []
+        for name, knobs in space.space_map.items():
+            knob.append(next(i for i in range(len(knobs)) if _same_entity(knobs[i], cfg[name])))
+        index = space.knob2point(knob)
+        return index if space.is_index_valid(index) else None
+    except Exception as e:  # noqa: BLE001 - a template without a fallback in its space: tuned from random
+        log.debug("no fallback configuration for %s: %s", task.name, e)
+        return None
+    finally:
+        GLOBAL_SCOPE.silent = silent
+
+
+def _measure_fallback(task, option, path: str) -> list[int]:
+    """Measure ``task``'s fallback configuration (:func:`fallback_index`) as its first trial,
+    appended to the log ``path``: the best record of a task is then never worse than what TVM
+    builds untuned (a random search's best of a few trials often is, and a record replaces the
+    fallback). The indices measured."""
+    from tvm import autotvm
+    from tvm.autotvm.measure import MeasureInput, create_measure_batch
+
+    index = fallback_index(task)
+    if index is None:
+        return []
+    inputs = [MeasureInput(task.target, task, task.config_space.get(index))]
+    results = create_measure_batch(task, option)(inputs)
+    autotvm.callback.log_to_file(path)(None, inputs, results)
+    return [index]
+
+
+@contextlib.contextmanager
+def _seeded(key: tuple):
+    """AutoTVM's random search (Python's ``random``) seeded by the task: one task tuned with one
+    budget samples the same configurations in any program and any run (tuning a model alone and
+    through the pass differ only where the programs differ), the caller's random state kept."""
+    state = random.getstate()
+    random.seed(zlib.crc32(repr(key).encode()))
+    try:
+        yield
+    finally:
+        random.setstate(state)
+
+
 def tune(plan: Sequence[Task], path: str, enabled: bool | None = None) -> int:
     """Run ``plan`` (from :func:`plan_trials`), appending each trial to the AutoTVM log ``path``;
     a task's trials already in the log count towards its plan and are not measured again.
@@ -222,10 +289,18 @@ def tune(plan: Sequence[Task], path: str, enabled: bool | None = None) -> int:
             tuner = autotvm.tuner.RandomTuner(t.task)
             tuner.visited.extend(done.get(t.key, ()))  # measured by an earlier run: not again
             bar.set_postfix_str(t.task.name, refresh=False)
+            if not t.done:  # the first trial of a task: TVM's own choice
+                first = _measure_fallback(t.task, option, path)
+                tuner.visited.extend(first)
+                t.measured += len(first)
+                bar.update(len(first))
+                n -= len(first)
             before = bar.n
-            tuner.tune(n_trial=n, measure_option=option,
-                       callbacks=[autotvm.callback.log_to_file(path), counted])
-            t.measured = bar.n - before
+            if n > 0:
+                with _seeded(t.key):
+                    tuner.tune(n_trial=n, measure_option=option,
+                               callbacks=[autotvm.callback.log_to_file(path), counted])
+            t.measured += bar.n - before
     return sum(t.measured for t in plan)
 
 
