@@ -53,7 +53,7 @@ README = ROOT / "README.md"
 USAGE_MD = ROOT / "docs" / "usage.md"
 
 #: the tables, in the order docs/results.md shows them; the first is the README's
-TABLES = ("real_models", "zoo", "cost_accuracy", "mcts_vs_tensat", "rpc_measure")
+TABLES = ("real_models", "zoo", "tuning", "cost_accuracy", "mcts_vs_tensat", "rpc_measure")
 #: the run folder's JSON each table is summarized from
 SOURCE = {"real_models": "real_models.json", "zoo": "real_models.json",
           "cost_accuracy": "cost_accuracy.json", "mcts_vs_tensat": "mcts_vs_tensat.json",
@@ -163,13 +163,43 @@ def _real_row(row: Mapping) -> dict | None:
     return out
 
 
+def _tuning_of(rec: Mapping) -> dict:
+    t = rec.get("tuning") or {}
+    tasks = t.get("tasks") or []
+    return {"trials": t.get("measured"), "seconds": t.get("seconds"), "tasks": len(tasks),
+            "tasks_tuned": sum(1 for k in tasks if k.get("planned")), "programs": t.get("programs")}
+
+
+def _tuning_row(row: Mapping) -> dict | None:
+    """One model of a bench/real_models.py --tune-trials run: untuned, tuned alone, the pass + tuning."""
+    variants = row.get("variants") or {}
+    opt3, alone, both = (variants.get(k) or {} for k in ("opt3", "opt3_tuned", "tuned"))
+    if not all("median_s" in v for v in (opt3, alone, both)):
+        return None
+    ratio = both.get("ratio_vs_opt3_tuned")
+    return {"model": row["model"], "small": bool(row.get("small")), "library": _library(row),
+            "ort_ms": _ms((row.get("ort") or {}).get("median_s")), "ort_threads": (row.get("ort") or {}).get("threads"),
+            "opt3_ms": _ms(opt3["median_s"]), "tuned_alone_ms": _ms(alone["median_s"]), "pass_tuned_ms":
+            _ms(both["median_s"]), "pass_over_alone": None if not ratio else 1.0 / ratio,
+            "wins": both.get("wins_vs_opt3_tuned"), "rounds": both.get("rounds"),
+            "pass_changed": bool(both.get("report_changed")), "reason": both.get("reason"),
+            "rules_in_result": dict(sorted((both.get("rules_in_result") or {}).items(),
+                                           key=lambda kv: (-kv[1], kv[0]))),
+            "tuning_alone": _tuning_of(alone), "tuning_pass": _tuning_of(both),
+            "pass_s": both.get("opt_time"), "max_err_vs_ort": both.get("max_err_vs_ort")}
+
+
 def summarize_real_models(d: Mapping, header: Mapping) -> dict[str, dict]:
-    """The ONNX rows (table real_models) and the zoo rows (table zoo) of bench/real_models.py's JSON."""
+    """The ONNX rows (table real_models), the zoo rows (table zoo) and, in a --tune-trials run, the
+    tuned comparison (table tuning) of bench/real_models.py's JSON."""
     args = d.get("args") or {}
     what = (f"TVM opt_level 3 against EqSatPass() with its defaults, then opt_level 3; {args.get('rounds')} "
             f"paired rounds, each timing at least {args.get('min_repeat_ms')} ms")
-    tables: dict[str, list] = {"real_models": [], "zoo": []}
+    tables: dict[str, list] = {"real_models": [], "zoo": [], "tuning": []}
     for row in d.get("rows") or []:
+        tuned = _tuning_row(row)
+        if tuned is not None:
+            tables["tuning"].append(tuned)
         summary = _real_row(row)
         if summary is None:
             continue
@@ -179,7 +209,25 @@ def summarize_real_models(d: Mapping, header: Mapping) -> dict[str, dict]:
             tables["zoo"].append(summary)
         else:
             tables["real_models"].append(summary)
-    return {t: {"table": t, **header, "what": what, "rows": rows} for t, rows in tables.items() if rows}
+    out = {t: {"table": t, **header, "what": what, "rows": rows} for t, rows in tables.items() if rows}
+    if "tuning" in out:
+        out["tuning"]["budget"] = args.get("tune_trials")
+        out["tuning"]["goals"] = _tuning_goals(out["tuning"]["rows"])
+    return out
+
+
+def _tuning_goals(rows: Sequence[Mapping]) -> list[dict]:
+    """Issue 58's goals: the pass + tuning faster than tuning alone on every model (rounds won in
+    the majority), and faster than onnxruntime on at least two."""
+    faster = [r for r in rows if r.get("pass_over_alone") and r["pass_over_alone"] > 1.0
+              and (r.get("wins") or 0) * 2 > (r.get("rounds") or 0)]
+    beat = [r for r in rows if r.get("ort_ms") and r["pass_tuned_ms"] < r["ort_ms"]]
+    return [{"goal": "the pass + tuning faster than tuning alone at the same budget, on every model",
+             "met": len(faster) == len(rows), "detail": f"{len(faster)}/{len(rows)} models"
+             + (f": {', '.join(r['model'] for r in faster)}" if faster else "")},
+            {"goal": "the pass + tuning faster than onnxruntime on at least two models",
+             "met": len(beat) >= 2, "detail": f"{len(beat)}/{len(rows)} models"
+             + (f": {', '.join(r['model'] for r in beat)}" if beat else "")}]
 
 
 def summarize_cost_accuracy(d: Mapping, header: Mapping) -> dict[str, dict]:
@@ -460,6 +508,32 @@ def mcts_block(s: Mapping) -> str:
     return "\n".join(out)
 
 
+def tuning_block(s: Mapping) -> str:
+    tvm = (s.get("machine") or {}).get("tvm_threads")
+    out = header_lines(s, f"{tvm} TVM thread{'s' if tvm != 1 else ''}, onnxruntime at the same"
+                       if tvm is not None else None)
+    out += ["", f"Budget B = {s.get('budget')} AutoTVM trials a model (random search, each task's first trial "
+            "TVM's own fallback configuration).", "",
+            "| model | onnxruntime ms | TVM opt3 ms | TVM tuned ms (trials, tasks tuned, s) | pass + tuning ms "
+            "(trials, tasks tuned, s) | pass + tuning over tuned alone (rounds won) | pass + tuning / "
+            "onnxruntime | the pass's program |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in s["rows"]:
+        cells = []
+        for key in ("tuning_alone", "tuning_pass"):
+            t = r.get(key) or {}
+            cells.append(f"{t.get('trials')}, {t.get('tasks_tuned')}/{t.get('tasks')}, {seconds(t.get('seconds'))}")
+        vs_ort = f"{r['pass_tuned_ms'] / r['ort_ms']:.2f}" if r.get("ort_ms") else "–"
+        program = (f"changed: {rules_text(r['rules_in_result'])}" if r.get("pass_changed") and r.get("rules_in_result")
+                   else "changed" if r.get("pass_changed") else "input kept")
+        speed = times(r.get("pass_over_alone"))
+        out.append(f"| {label(r)} ({r.get('library')}) | {sig(r.get('ort_ms'))} | {sig(r['opt3_ms'])} | "
+                   f"{sig(r['tuned_alone_ms'])} ({cells[0]}) | {sig(r['pass_tuned_ms'])} ({cells[1]}) | "
+                   f"{speed} ({r.get('wins')}/{r.get('rounds')}) | {vs_ort} | {program} |")
+    out.append("")
+    out += _goals(s)
+    return "\n".join(out)
+
+
 def rpc_measure_block(s: Mapping) -> str:
     out = header_lines(s)
     if s.get("rows"):
@@ -532,6 +606,14 @@ SECTIONS = {
                        "setting), the final extraction ILP-ACyc; *reference*: TENSAT under 100 times the "
                        "node limit, what any schedule of the rules could reach.",
                        mcts_block),
+    "tuning": ("Tuned: TVM's AutoTVM alone against the pass tuning its choices",
+               "`bench/real_models.py --tune-trials B`: each model at opt_level 3 untuned; *TVM tuned*: "
+               "opt_level 3 under B AutoTVM trials spent on the input's tasks; *pass + tuning*: "
+               "`EqSatPass(tune_trials=B)`, the same B spent on the input's and the candidates' tasks (those "
+               "they do not share first), optimized under its log and built under it; paired rounds; "
+               "onnxruntime on the same inputs at the same thread count. What it means: "
+               "[design notes](design-notes.md#tuning).",
+               tuning_block),
     "rpc_measure": ("Measuring on this machine's cores and on RPC devices",
                     "Calibration's kernels measured by local workers and by TVM RPC servers, the runtime check "
                     "over RPC, and what the pass's first run costs where a CPU has no shipped data "

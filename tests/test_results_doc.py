@@ -84,8 +84,17 @@ def make_run(folder: Path) -> Path:
             _real_row("bert", "onnx", 20.0, 0.25, ratio=0.0125, ort_s=0.24,
                       inputs=[{"name": "input_ids", "shape": [1, 128], "dtype": "int64"}]),
             _real_row("zoo:nasrnn", "zoo", 0.004, 0.002, ratio=0.5, rules={"dense-merge": 5})]
+    tuning = {"measured": 64, "seconds": 120.0, "programs": ["the input"],
+              "tasks": [{"task": "conv2d_NCHWc.x86 a", "planned": 60}, {"task": "conv2d_NCHWc.x86 b", "planned": 4},
+                        {"task": "conv2d_NCHWc.x86 c", "planned": 0}]}
+    rows[0]["variants"].update(  # a --tune-trials run's variants: tuned alone, the pass + tuning
+        opt3_tuned={"median_s": 0.050, "ratio_vs_opt3": 0.625, "wins": 9, "rounds": 9, "tuning": tuning},
+        tuned={"median_s": 0.040, "ratio_vs_opt3": 0.5, "wins": 9, "rounds": 9, "report_changed": True,
+               "ratio_vs_opt3_tuned": 0.8, "wins_vs_opt3_tuned": 8, "rules_in_result": {"conv-merge": 2},
+               "opt_time": 150.0, "max_err_vs_ort": 2e-6,
+               "tuning": {**tuning, "programs": ["the input", "the result"]}})
     (folder / "real_models.json").write_text(json.dumps(
-        {"machine": machine, "args": {"rounds": 9, "min_repeat_ms": 200}, "rows": rows}))
+        {"machine": machine, "args": {"rounds": 9, "min_repeat_ms": 200, "tune_trials": 64}, "rows": rows}))
     (folder / "cost_accuracy.json").write_text(json.dumps({
         "machine": {**machine, "cpu_model": None, "argv": ["bench/cost_accuracy.py", "--held-out"]},
         "rows": [{"model": "nasrnn", "small": False, "measured": 0.003,
@@ -153,6 +162,15 @@ def test_summarize_a_run_folder_into_summaries_the_renderer_accepts(tmp_path):
     assert [r["model"] for r in zoo] == ["zoo:nasrnn"] and zoo[0]["speedup"] == pytest.approx(2.0)
     assert "ort_ms" not in zoo[0]
 
+    tuned = s["tuning"]
+    assert tuned["budget"] == 64 and [r["model"] for r in tuned["rows"]] == ["resnet50"]
+    row = tuned["rows"][0]
+    assert row["pass_over_alone"] == pytest.approx(1.25) and row["tuning_pass"]["tasks_tuned"] == 2
+    assert [g["met"] for g in tuned["goals"]] == [True, False]  # faster than tuned alone; beats ORT on 1 < 2
+    text = results_doc.tuning_block(tuned)
+    assert ("| resnet50 (torchvision) | 70.0 | 80.0 | 50.0 (64, 2/3, 120) | 40.0 (64, 2/3, 120) | 1.250× (8/9) "
+            "| 0.57 | changed: `conv-merge` 2 |") in text, text
+
     cost = s["cost_accuracy"]
     assert cost["machine"]["cpu"] == "Test CPU"  # named by real_models.json of the same run
     assert [r["model"] for r in cost["rows"]] == ["nasrnn"]  # the fit-only row is left out
@@ -192,7 +210,7 @@ def test_summarize_without_a_recorded_commit_names_where_it_came_from(tmp_path):
     run = make_run(tmp_path / "bench_x")
     (run / "mcts_vs_tensat.json").unlink()
     s = {p.stem: json.loads(p.read_text()) for p in results_doc.summarize(run, tmp_path / "out")}
-    assert set(s) == {"real_models", "zoo", "cost_accuracy", "rpc_measure"}  # mcts_vs_tensat's is left as it was
+    assert set(s) == {"real_models", "zoo", "tuning", "cost_accuracy", "rpc_measure"}  # mcts_vs_tensat's left as it was
     assert s["real_models"]["commit_source"] != "recorded by the run"
     assert s["real_models"]["commit"] or s["real_models"]["commit_source"] == "unknown"
 
