@@ -147,8 +147,10 @@ def content_fingerprint(rules: Any, cost_model) -> str:
 def _options_text(opts: Mapping[str, Any]) -> str | None:
     """The options as canonical JSON; None when one is a Python object (a CostModel, a rule list)
     whose identity a key cannot capture."""
-    try:
-        return json.dumps({k: v for k, v in opts.items() if k != "verify"}, sort_keys=True)
+    try:  # the tuning log is keyed by its content (Verdicts' settings), not its path or how it was tuned:
+        # `tvmc compile --tuning-records LOG --eqsat` finds what `relay-eqsat tune` decided under LOG
+        return json.dumps({k: v for k, v in opts.items() if k not in ("verify", "tune_trials", "tuning_records")},
+                          sort_keys=True)
     except TypeError:
         return None
 
