@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import textwrap
 import time
@@ -303,8 +302,10 @@ def run_optimize(args) -> int:
 
 def tuning_into(options) -> bool:
     """Whether the pass tunes into its ``tuning_records`` log, which does not exist yet (or is empty)."""
+    from relay_eqsat.passes.runtime.records import has_records
+
     path = options.get("tuning_records")
-    return bool(options.get("tune_trials")) and bool(path) and not (os.path.exists(path) and os.path.getsize(path))
+    return bool(options.get("tune_trials")) and bool(path) and not has_records(path)
 
 
 def add_tune_command(subparsers) -> None:

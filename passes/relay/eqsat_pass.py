@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import time
 from typing import Any, Mapping
 
@@ -32,7 +31,7 @@ from .simplify_copies import copied_ops
 from relay_eqsat.cost.tracker import remote_from_options
 from relay_eqsat.passes.runtime.builder import Builder, unavailable
 from relay_eqsat.passes.runtime.decision import RUNTIME_SETTINGS, judge, runtime_check
-from relay_eqsat.passes.runtime.records import load_records, resolve as resolve_records
+from relay_eqsat.passes.runtime.records import has_records, load_records, resolve as resolve_records
 from relay_eqsat.passes.runtime.tuning import check_tunable, plan_trials, program_tasks, tune
 from relay_eqsat.passes.runtime.remote import probe_device
 from relay_eqsat.passes.runtime.target import host_target
@@ -81,11 +80,6 @@ def optimize(graph: TensorGraph, options: Mapping[str, Any]) -> tuple[TensorGrap
 
 
 # -- the pass -------------------------------------------------------------------------
-
-def _has_records(path: str) -> bool:
-    """Whether the tuning log ``path`` exists with something in it (tuning starts one that does not)."""
-    return os.path.exists(path) and os.path.getsize(path) > 0
-
 
 def _input_in_our_form(typed: tvm.IRModule, graph: TensorGraph, signature, func, report: dict) -> TensorGraph:
     """``graph`` (the input in the frontend's form), marked changed in ``report``, when TVM builds it
@@ -226,7 +220,7 @@ class EqSatPass:
             if tuning and remote is not None:
                 raise ValueError("tune_trials times its trials on this machine, not on RPC devices")
             # RecordsError (a ValueError): named, with its line; a log to tune into may not exist yet
-            records = (resolve_records(opts["tuning_records"]) if not tuning or _has_records(opts["tuning_records"])
+            records = (resolve_records(opts["tuning_records"]) if not tuning or has_records(opts["tuning_records"])
                        else None)
             if tuning:
                 check_tunable(records, opts["target"] or host_target())  # TuningError (a RuntimeError)
@@ -245,7 +239,7 @@ class EqSatPass:
                 log.exception("EqSatPass: tuning failed")
                 warn(f"EqSatPass: tuning failed ({type(e).__name__}: {e}); module left unchanged")
                 return mod
-            records = load_records(opts["tuning_records"]) if _has_records(opts["tuning_records"]) else None
+            records = load_records(opts["tuning_records"]) if has_records(opts["tuning_records"]) else None
         with contextlib.ExitStack() as stack:  # the builds in child processes stop when the pass ends
             out = self._transform(mod, opts, remote, device, records, stack)
         if tuned is not None and self.last_report is not None:

@@ -90,6 +90,11 @@ def _check_autotvm(line: str, path: str, n: int) -> None:
         raise RecordsError(f"{path}, line {n}: AutoTVM cannot read this record")
 
 
+def has_records(path: str) -> bool:
+    """Whether the tuning log ``path`` exists with something in it (tuning starts one that does not)."""
+    return os.path.exists(path) and os.path.getsize(path) > 0
+
+
 def resolve(records) -> TuningRecords | None:
     """A :class:`TuningRecords` of the ``tuning_records`` option (a path, or records read already; None: none)."""
     if records is None or isinstance(records, TuningRecords):

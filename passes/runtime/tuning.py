@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import logging
 import math
-import os
 import random
 import zlib
 from typing import Mapping, Sequence
@@ -143,8 +142,10 @@ def records_per_task(path: str) -> dict[tuple, list[int]]:
     """The configuration indices each task has in the AutoTVM log ``path`` (none when it is missing)."""
     from tvm import autotvm
 
+    from .records import has_records
+
     out: dict[tuple, list[int]] = {}
-    if not os.path.exists(path) or os.path.getsize(path) == 0:
+    if not has_records(path):
         return out
     for inp, _ in autotvm.record.load_from_file(path):
         out.setdefault(task_key(inp.task), []).append(inp.config.index)
