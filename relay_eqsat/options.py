@@ -149,8 +149,9 @@ _OPTIONS: list[Option] = [
            "here or there is a device)", choices=SWITCH, switch=True,
            scope="pass"),
     Option("calibrate", str, "auto", "measure on this machine (or on the RPC devices) the kernels of the input and "
-           "of the candidate that no shipped or cached measurement covers (auto: when the target runs here or there "
-           "is a device)",
+           "of the candidate that no shipped or cached measurement covers, and extract again (auto: when the target runs "
+           "here or there is a device, and where the runtime check decides, only once the cost model's pick was "
+           "timed no faster; on: before any check)",
            choices=SWITCH, switch=True, scope="pass"),
     Option("calibrate_time_limit", float, 300.0, "seconds of kernel measurement per run (calibrate)", low=0,
            scope="pass"),

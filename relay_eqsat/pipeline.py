@@ -113,6 +113,9 @@ class OptimizeReport:
     #: the input under the measured kernels, cheapest first (at most :data:`RUNTIME_ALTERNATIVES`),
     #: for the caller's runtime check to time beside the result (not in ``to_dict``: programs)
     alternatives: list[Candidate] = field(default_factory=list, repr=False)
+    #: with ``calibrate_after_check``: a :class:`Recalibration` to call when the runtime measured the
+    #: result no faster (not in ``to_dict``)
+    recalibrate: Any = field(default=None, repr=False, compare=False)
 
     @property
     def speedup(self) -> float:
@@ -120,8 +123,8 @@ class OptimizeReport:
         return self.cost_before / self.cost_after if self.cost_after > 0 else 1.0
 
     def to_dict(self) -> dict:
-        d = asdict(replace(self, alternatives=[]))
-        del d["alternatives"]
+        d = asdict(replace(self, alternatives=[], recalibrate=None))
+        del d["alternatives"], d["recalibrate"]
         d["predicted_speedup"] = self.speedup
         return d
 
@@ -262,7 +265,7 @@ def _alternatives(egraph, candidates: Sequence[tuple], out: TensorGraph, below: 
 def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, Any] | None = None,
                    cost_model=None, rules: Sequence | None = None, *, min_gain: float = 0.0,
                    calibrate: bool = False, calibrate_time_limit: float = 300.0,
-                   runtime_decides: bool = False,
+                   runtime_decides: bool = False, calibrate_after_check: bool = False,
                    progress: bool | None = None, while_measuring=None) -> tuple[TensorGraph, OptimizeReport]:
     """Optimize ``graph``; returns (graph', report). graph' is ``graph`` itself
     unless the result is predicted faster by more than ``min_gain`` (0.1: 10%;
@@ -283,7 +286,12 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     they do, the report's ``alternatives`` hold the rounds' other candidates
     they price below the input, for the runtime to time beside the result. ``while_measuring``: a
     context manager factory calibration enters while it measures (the pass pauses its background
-    builds there)."""
+    builds there).
+
+    ``calibrate_after_check`` (with ``calibrate`` and ``runtime_decides``): nothing is measured
+    before the runtime judges the cost model's own pick; the report's ``recalibrate`` (see
+    :class:`Recalibration`) calibrates on the caller's word that the runtime rejected it, and
+    extracts again from the same e-graph."""
     t0 = time.perf_counter()
     opts = options if isinstance(options, OptimizeOptions) else OptimizeOptions.from_mapping(options)
     cost_model = cost_model if cost_model is not None else resolve_cost(opts.cost, opts.target)
@@ -315,74 +323,147 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     rep.egraph_nodes, rep.egraph_classes = egraph.num_nodes, egraph.num_classes
     rep.info["type_mismatch"] = egraph.type_mismatches  # rule applications skipped: right side's type differs
 
+    choice = _Choice(egraph, root, graph, cost_model, get_extractor(opts.final_extractor), opts, progress)
+    deferred = calibrate and runtime_decides and calibrate_after_check
     te = time.perf_counter()
-    extractor = get_extractor(opts.final_extractor)
     calibrator = None
-    candidates: list = []  # each calibration round's extraction, its kernels measured after it
-    for _ in range(CALIBRATION_ROUNDS + 1):
-        with ticking(f"extracting ({extractor.name})", opts.extract_time_limit, enabled=progress):
-            out, solution = extractor.extract_graph(egraph, root, cost_model.node_cost, opts.extract_time_limit,
-                                                    program_cost=getattr(cost_model, "program_cost", None))
-        log.debug("extracted (%s): cost %.6g, %s", extractor.name, solution.cost, solution.status)
-        out = out.compact()
-        if not calibrate or cost_model.graph_cost(out) >= cost_model.graph_cost(graph) * (1 - 1e-6):
-            break  # nothing to calibrate, or no candidate: the input stands
-        candidates.append((out, solution))
-        if calibrator is None:
-            # the whole programs timed next decide: the kernels both run need no measuring
-            calibrator = Calibrator(cost_model, calibrate_time_limit, progress=progress,
-                                    differences_only=runtime_decides, while_measuring=while_measuring)
-        if not calibrator.measure([graph, out]):
-            break  # the compared kernels' costs did not change: the extraction stands
-    else:  # out of rounds (every round calibrated a candidate)
-        # the last extraction's kernels were measured after it was chosen: each round, the borrowed
-        # model priced some alternative it had not measured too low (bert-base on a Zen 1: dense,
-        # batch_matmul and per-batch dense forms of the linear layers; the fourth candidate measured
-        # 1.5x dearer than the first), so the cheapest candidate under the measured times
-        costs = [cost_model.graph_cost(c[0]) for c in candidates]
+    if calibrate and not deferred:
+        calibrator = Calibrator(cost_model, calibrate_time_limit, progress=progress,
+                                differences_only=runtime_decides, while_measuring=while_measuring)
+    out, solution, candidates = choice.rounds(calibrator)
+    rep.extract_time = time.perf_counter() - te
+    out, rep = choice.conclude(rep, out, solution, candidates, calibrator, runtime_decides, min_gain, t0)
+    if deferred and rep.changed:
+        rep.recalibrate = Recalibration(choice, rep, out, solution, calibrate_time_limit, min_gain)
+    return out, rep
+
+
+class _Choice:
+    """Extracting from one searched e-graph: the calibration rounds and the decision."""
+
+    def __init__(self, egraph, root, graph: TensorGraph, cost_model, extractor, opts: OptimizeOptions,
+                 progress: bool | None):
+        self.egraph, self.root, self.graph, self.cost_model = egraph, root, graph, cost_model
+        self.extractor, self.opts, self.progress = extractor, opts, progress
+
+    def extract(self) -> tuple[TensorGraph, Any]:
+        opts, cost_model = self.opts, self.cost_model
+        with ticking(f"extracting ({self.extractor.name})", opts.extract_time_limit, enabled=self.progress):
+            out, solution = self.extractor.extract_graph(self.egraph, self.root, cost_model.node_cost,
+                                                         opts.extract_time_limit,
+                                                         program_cost=getattr(cost_model, "program_cost", None))
+        log.debug("extracted (%s): cost %.6g, %s", self.extractor.name, solution.cost, solution.status)
+        return out.compact(), solution
+
+    def cheaper(self, out: TensorGraph) -> bool:
+        return self.cost_model.graph_cost(out) < self.cost_model.graph_cost(self.graph) * (1 - 1e-6)
+
+    def rounds(self, calibrator, first: tuple | None = None) -> tuple[TensorGraph, Any, list]:
+        """Extract (``first``: the first extraction, already made); with a ``calibrator``, measure
+        the kernels the candidate and the input do not share and extract again, up to
+        :data:`CALIBRATION_ROUNDS` times. Returns the program, its solution and each round's
+        candidate (whose kernels were measured after it was chosen)."""
+        candidates: list = []  # each calibration round's extraction, its kernels measured after it
+        for r in range(CALIBRATION_ROUNDS + 1):
+            out, solution = first if r == 0 and first is not None else self.extract()
+            if calibrator is None or not self.cheaper(out):
+                return out, solution, candidates  # nothing to calibrate, or no candidate: the input stands
+            candidates.append((out, solution))
+            if not calibrator.measure([self.graph, out]):
+                return out, solution, candidates  # the compared kernels' costs did not change: it stands
+        # out of rounds (every round calibrated a candidate): the last extraction's kernels were
+        # measured after it was chosen: each round, the borrowed model priced some alternative it had
+        # not measured too low (bert-base on a Zen 1: dense, batch_matmul and per-batch dense forms of
+        # the linear layers; the fourth candidate measured 1.5x dearer than the first), so the
+        # cheapest candidate under the measured times
+        costs = [self.cost_model.graph_cost(c[0]) for c in candidates]
         log.debug("calibration out of rounds; the candidates' measured costs: %s", costs)
         out, solution = candidates[costs.index(min(costs))]
-    if calibrator is not None:
-        rep.info["calibration"] = calibrator.close().to_dict()
-        rep.cost_before = cost_model.graph_cost(graph)  # now with the measured kernel times
-        if runtime_decides and cost_model.graph_cost(out) >= rep.cost_before * (1 - 1e-6):
-            out, solution = candidates[0]  # measured kernels favour no candidate: the runtime will decide
-            rep.info["calibration"]["vetoed"] = True
-        elif runtime_decides:  # what a result must cost to be kept (below): the alternatives too
-            rep.alternatives = _alternatives(egraph, candidates, out, rep.cost_before / (1 + min_gain) * (1 - 1e-6),
-                                             cost_model)
-    rep.extract_time = time.perf_counter() - te
-    rep.extractor, rep.extract_status, rep.optimal = extractor.name, solution.status, solution.optimal
-    rep.info["extraction_cost"] = solution.cost
+        return out, solution, candidates
 
-    check_equivalent_interface(graph, out)
-    rep.rules_in_result = rules_in_program(egraph, solution.info.get("enodes", ()))
-    rep.cost_after = cost_model.graph_cost(out)
-    rep.nodes_after = len(out)
-    rep.ops_after = out.op_counts()
-    cuts = sum(len(c) for c in fusion_cuts(out).values())
-    if cuts:  # kernels TVM would take minutes to compile whole: the backend stops fusion there
-        rep.info["fusion_cuts"] = cuts
-    rep.total_time = time.perf_counter() - t0
-    rep.info["min_gain"] = min_gain
-    if rep.info.get("calibration", {}).get("vetoed"):
-        rep.changed = True
-        rep.reason = ("cheaper under the shipped model, not under this CPU's measured kernels "
-                      f"({rep.speedup:.3f}x); the whole programs' runtime decides")
+    def conclude(self, rep: OptimizeReport, out: TensorGraph, solution, candidates: list, calibrator,
+                 runtime_decides: bool, min_gain: float, t0: float,
+                 rejected: TensorGraph | None = None) -> tuple[TensorGraph, OptimizeReport]:
+        """Fill ``rep`` for the extracted ``out`` and decide: ``out`` and the report, or the input
+        (unchanged). ``rejected``: a program the runtime measured no faster, never returned."""
+        graph, cost_model = self.graph, self.cost_model
+        if calibrator is not None:
+            rep.info["calibration"] = calibrator.close().to_dict()
+            rep.cost_before = cost_model.graph_cost(graph)  # now with the measured kernel times
+            if runtime_decides and rejected is None and cost_model.graph_cost(out) >= rep.cost_before * (1 - 1e-6):
+                out, solution = candidates[0]  # measured kernels favour no candidate: the runtime will decide
+                rep.info["calibration"]["vetoed"] = True
+            elif runtime_decides:  # what a result must cost to be kept (below): the alternatives too
+                rep.alternatives = [c for c in _alternatives(self.egraph, candidates, out,
+                                                             rep.cost_before / (1 + min_gain) * (1 - 1e-6),
+                                                             cost_model)
+                                    if rejected is None or not _same_program(c.graph, rejected)]
+        rep.extractor, rep.extract_status, rep.optimal = self.extractor.name, solution.status, solution.optimal
+        rep.info["extraction_cost"] = solution.cost
+
+        check_equivalent_interface(graph, out)
+        rep.rules_in_result = rules_in_program(self.egraph, solution.info.get("enodes", ()))
+        rep.cost_after = cost_model.graph_cost(out)
+        rep.nodes_after = len(out)
+        rep.ops_after = out.op_counts()
+        cuts = sum(len(c) for c in fusion_cuts(out).values())
+        if cuts:  # kernels TVM would take minutes to compile whole: the backend stops fusion there
+            rep.info["fusion_cuts"] = cuts
+        rep.total_time = time.perf_counter() - t0
+        rep.info["min_gain"] = min_gain
+        if rep.info.get("calibration", {}).get("vetoed"):
+            rep.changed = True
+            rep.reason = ("cheaper under the shipped model, not under this CPU's measured kernels "
+                          f"({rep.speedup:.3f}x); the whole programs' runtime decides")
+            log.info("relay-eqsat: %s", rep.summary())
+            return out, rep
+        cheaper = rep.cost_after < rep.cost_before / (1 + min_gain) * (1 - 1e-6)
+        if cheaper and rejected is not None and _same_program(out, rejected):
+            rep.reason = "the measured kernels choose the program the runtime measured no faster; input kept"
+        elif cheaper:
+            rep.changed, rep.reason = True, "cheaper program found"
+            log.info("relay-eqsat: %s", rep.summary())
+            return out, rep
+        elif rep.cost_after < rep.cost_before * (1 - 1e-6):
+            rep.reason = (f"predicted {rep.speedup:.3f}x, within the cost model's error for this target "
+                          f"(a gain over {min_gain:.0%} is required); input kept")
+        else:
+            rep.reason = "no cheaper program under the cost model; input kept"
+        rep.changed, rep.alternatives = False, []
+        rep.cost_after = rep.cost_before
+        rep.nodes_after, rep.ops_after = rep.nodes_before, rep.ops_before
+        rep.rules_in_result = {}
         log.info("relay-eqsat: %s", rep.summary())
+        return graph, rep
+
+
+class Recalibration:
+    """The second chance of ``optimize_graph(..., calibrate_after_check=True)``: the runtime measured
+    the cost model's pick no faster, so the kernels it and the input do not share are measured on
+    this machine (or the cost model's RPC devices) and the same e-graph is extracted again, in
+    calibration's rounds. Calling it returns (graph', report) as ``optimize_graph`` does: a program
+    other than the rejected one, cheaper than the input under the measured kernels, for the runtime
+    to judge, or the input (unchanged) when the measured kernels choose no other.
+
+    Why after and not before: where the whole programs are timed anyway, the model's pick is
+    usually kept (ShuffleNet-v2 and SqueezeNet1.1 on a Zen 3 without shipped data: calibration
+    measured 98 and 24 kernels in 33 and 14 s and extracted the very same program), and calibrating
+    first costs that much on every first run."""
+
+    def __init__(self, choice: _Choice, rep: OptimizeReport, rejected: TensorGraph, solution,
+                 time_limit: float, min_gain: float):
+        self.choice, self.rep, self.rejected, self.solution = choice, rep, rejected, solution
+        self.time_limit, self.min_gain = time_limit, min_gain
+
+    def __call__(self, while_measuring=None) -> tuple[TensorGraph, OptimizeReport]:
+        t0 = time.perf_counter()
+        choice = self.choice
+        rep = replace(self.rep, info=dict(self.rep.info), alternatives=[], recalibrate=None)
+        calibrator = Calibrator(choice.cost_model, self.time_limit, progress=choice.progress,
+                                differences_only=True, while_measuring=while_measuring)
+        out, solution, candidates = choice.rounds(calibrator, first=(self.rejected, self.solution))
+        rep.extract_time = self.rep.extract_time + time.perf_counter() - t0
+        out, rep = choice.conclude(rep, out, solution, candidates, calibrator, True, self.min_gain,
+                                   t0 - self.rep.total_time, rejected=self.rejected)
+        rep.info["calibration"]["after_check"] = True
         return out, rep
-    if rep.cost_after < rep.cost_before / (1 + min_gain) * (1 - 1e-6):
-        rep.changed, rep.reason = True, "cheaper program found"
-        log.info("relay-eqsat: %s", rep.summary())
-        return out, rep
-    rep.changed, rep.alternatives = False, []
-    if rep.cost_after < rep.cost_before * (1 - 1e-6):
-        rep.reason = (f"predicted {rep.speedup:.3f}x, within the cost model's error for this target "
-                      f"(a gain over {min_gain:.0%} is required); input kept")
-    else:
-        rep.reason = "no cheaper program under the cost model; input kept"
-    rep.cost_after = rep.cost_before
-    rep.nodes_after, rep.ops_after = rep.nodes_before, rep.ops_before
-    rep.rules_in_result = {}
-    log.info("relay-eqsat: %s", rep.summary())
-    return graph, rep

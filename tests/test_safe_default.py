@@ -598,6 +598,107 @@ def test_calibrations_other_candidates_go_to_the_runtime_check(monkeypatch):
     assert out.op_counts()["nn.relu"] == 3 and rep.alternatives == []
 
 
+def test_calibration_after_the_check_extracts_again_from_the_same_egraph(monkeypatch):
+    """``calibrate_after_check``: nothing is measured before the runtime judges the cost model's pick
+    (A); on the word that it was measured no faster, A's kernels are measured and the e-graph
+    extracted again: another program (B) cheaper than the input under the measured kernels is
+    returned for the runtime to judge, or the input when the measured kernels still choose A or
+    nothing cheaper."""
+
+    def run_with(measured_as):
+        # the input (1 relu), A (2) and B (3) as predicted: A first
+        return _scripted_calibration(monkeypatch, {1: 10.0, 2: 5.0, 3: 6.0}, measured_as,
+                                     runtime_decides=True, calibrate_after_check=True)
+
+    out, rep = run_with({2: 12.0, 3: 7.0})
+    assert out.op_counts()["nn.relu"] == 2 and rep.changed and "calibration" not in rep.info
+    assert rep.recalibrate is not None and "recalibrate" not in rep.to_dict()
+    out2, rep2 = rep.recalibrate()
+    assert out2.op_counts()["nn.relu"] == 3 and rep2.changed and rep2.cost_after == 7.0 and rep2.cost_before == 10.0
+    assert rep2.info["calibration"]["after_check"] and rep2.info["calibration"]["rounds"] >= 2
+    assert rep2.total_time >= rep.total_time and rep2.recalibrate is None and rep.changed  # the first stays as it was
+
+    out, rep = run_with({2: 4.0, 3: 7.0})  # measured, A is still the cheapest: the runtime said no
+    out2, rep2 = rep.recalibrate()
+    assert not rep2.changed and out2.op_counts()["nn.relu"] == 1 and "measured no faster" in rep2.reason
+    out, rep = run_with({2: 11.0, 3: 12.0})  # measured, nothing is cheaper than the input
+    out2, rep2 = rep.recalibrate()
+    assert not rep2.changed and "no cheaper program" in rep2.reason
+    # without the check, or with calibrate_after_check off, calibration comes first as before
+    assert _scripted_calibration(monkeypatch, {1: 10.0, 2: 5.0, 3: 6.0}, {2: 12.0, 3: 7.0},
+                                 calibrate_after_check=True)[1].recalibrate is None
+
+
+def _rejected_then_recalibrated(second):
+    """An optimizer whose result (the input, copied) comes with a ``recalibrate`` that returns
+    ``second(graph)``: (graph', OptimizeReport)."""
+    calls = []
+
+    def optimizer(graph, options):
+        g, rep = _copy_optimizer(graph, options)
+        assert options["calibrate_after_check"]
+
+        def recalibrate(while_measuring=None):
+            calls.append(while_measuring)
+            return second(graph)
+        rep["recalibrate"] = recalibrate
+        return g, rep
+    return optimizer, calls
+
+
+def test_the_pass_calibrates_only_when_the_model_pick_is_no_faster(monkeypatch, cost_db, builds):
+    """calibrate="auto" with the runtime check: the model's pick is judged first; kept, nothing is
+    calibrated; measured no faster, calibration's second extraction is judged by a second check
+    (the input built once) and, faster, kept, remembered and returned by the next run; when the
+    measured kernels choose nothing else, the input stays and the report says why."""
+    from relay_eqsat.pipeline import OptimizeReport
+
+    def commuted(graph):
+        g, fields = _commuting_optimizer(graph, {})
+        return g, OptimizeReport(changed=True, reason="cheaper program found", cost_before=2e-3, cost_after=1e-3,
+                                 info={"calibration": {"measured": 3, "after_check": True}})
+
+    optimizer, calls = _rejected_then_recalibrated(commuted)
+    monkeypatch.setattr(eqsat_pass, "optimize", optimizer)
+    rounds = iter([[[1e-3] * 9, [1e-3] * 9], [[2e-3] * 9, [1e-3] * 9]])  # the copy: no faster; then 2x
+    monkeypatch.setattr(decision, "time_rounds", lambda modules, **kw: next(rounds))
+    mod = dense_net()
+    p = EqSatPass()
+    out = p(mod)
+    rep = p.last_report
+    assert len(calls) == 1 and not out.same_as(mod) and rep["measured_speedup"] == pytest.approx(2.0)
+    assert rep["first_check"]["runtime_wins"] == "0/9" and rep["info"]["calibration"]["after_check"]
+    assert "only if the cost model's pick" in rep["judged_by"] and "after the cost model's pick" in rep["judged_by"]
+    # three programs built, the input once (loaded for each check)
+    assert [b["what"] for b in rep["check_builds"]] == ["the input", "the result", "the result"] and len(builds) == 4
+    from relay_eqsat.passes.relay.backend import to_relay
+    from relay_eqsat.passes.relay.frontend import from_relay
+    assert program_hash(out) == program_hash(tvm.IRModule.from_expr(
+        to_relay(_commuting_optimizer(from_relay(mod), {})[0])))
+    x = {"x": np.random.default_rng(5).standard_normal((1, 64)).astype("float32")}
+    np.testing.assert_allclose(run(build(out), x)[0], run(build(mod), x)[0], rtol=1e-5, atol=1e-5)
+    q = EqSatPass()
+    assert program_hash(q(mod)) == program_hash(out) and q.last_report["runtime_check_cached"] and len(calls) == 1
+
+    def nothing_else(graph):
+        return graph, OptimizeReport(changed=False, reason="the measured kernels choose the program the runtime "
+                                     "measured no faster; input kept", info={"calibration": {"measured": 3}})
+
+    optimizer, calls = _rejected_then_recalibrated(nothing_else)
+    monkeypatch.setattr(eqsat_pass, "optimize", optimizer)
+    monkeypatch.setattr(decision, "time_rounds", lambda modules, **kw: [[1e-3] * 9, [1e-3] * 9])
+    r = EqSatPass(seed=2)
+    assert r(mod).same_as(mod) and len(calls) == 1 and len(builds) == 6
+    assert "measured no faster" in r.last_report["reason"]
+    assert "choose the program" in r.last_report["recalibration"]["reason"]
+
+    optimizer, calls = _rejected_then_recalibrated(commuted)
+    monkeypatch.setattr(eqsat_pass, "optimize", optimizer)
+    monkeypatch.setattr(decision, "time_rounds", lambda modules, **kw: [[2e-3] * 9, [1e-3] * 9])
+    s = EqSatPass(seed=3)
+    assert not s(mod).same_as(mod) and calls == [] and "first_check" not in s.last_report  # kept: no calibration
+
+
 def test_the_runtime_check_keeps_the_fastest_of_the_candidates(monkeypatch, cost_db, builds):
     """The result and calibration's other candidates are built, checked and timed in the same rounds;
     the fastest is judged as the result would be and, kept, comes with its own report figures; the

@@ -64,7 +64,9 @@ def _report_summary(report: Mapping[str, Any]) -> dict:
 def optimize(graph: TensorGraph, options: Mapping[str, Any]) -> tuple[TensorGraph, dict]:
     """The optimizer between frontend and backend: TensorGraph -> cheaper
     equivalent TensorGraph (or the input itself), plus the report as a dict
-    (``alternatives``: the optimizer's other candidates, ``Candidate`` objects, for the runtime check).
+    (``alternatives``: the optimizer's other candidates, ``Candidate`` objects, for the runtime check;
+    ``recalibrate``: with ``calibrate_after_check``, what calibrates and extracts again when the
+    runtime check rejects the result, a ``Recalibration``, else None).
     ``options`` are the pass's options after :func:`judge` (``calibrate`` and
     ``min_gain`` resolved, ``cost`` a CostModel)."""
     opts = {k: v for k, v in options.items() if k in OPTIMIZER_OPTIONS}
@@ -74,8 +76,9 @@ def optimize(graph: TensorGraph, options: Mapping[str, Any]) -> tuple[TensorGrap
                                        calibrate=bool(options.get("calibrate")),
                                        calibrate_time_limit=float(options["calibrate_time_limit"]),
                                        runtime_decides=bool(options.get("runtime_decides")),
+                                       calibrate_after_check=bool(options.get("calibrate_after_check")),
                                        while_measuring=options.get("while_measuring"))
-    return new_graph, dict(report.to_dict(), alternatives=report.alternatives)
+    return new_graph, dict(report.to_dict(), alternatives=report.alternatives, recalibrate=report.recalibrate)
 
 
 
@@ -133,6 +136,44 @@ def _module(typed: tvm.IRModule, func, graph: TensorGraph, signature) -> tvm.IRM
 def _with_report(mod: tvm.IRModule, report: Mapping[str, Any]) -> tvm.IRModule:
     """``mod`` with the report's summary in its main's :data:`REPORT_ATTR`."""
     return _with_main(mod, mod["main"].with_attr(REPORT_ATTR, json.dumps(_report_summary(report))))
+
+
+def _others(typed, func, signature, alternatives, timed: bool) -> list:
+    """Calibration's other candidates as (module, Candidate), for the runtime check to time beside
+    the result (none when the check does not time)."""
+    others = []
+    for cand in alternatives if timed else ():
+        try:
+            others.append((_module(typed, func, cand.graph, signature), cand))
+        except Exception:  # noqa: BLE001 - an alternative that fails is not timed
+            log.warning("EqSatPass: an alternative candidate could not be converted; not timed", exc_info=True)
+    return others
+
+
+def _second_chance(recalibrate, typed, func, signature, opts, report: dict, judgement, builds):
+    """The runtime check measured the cost model's pick no faster (``report``, updated in place): the
+    kernels it and the input do not share are measured, the e-graph extracted again and, when that
+    chooses another program cheaper than the input under them, it is judged by the runtime check
+    too (the input is built already). Returns (chosen, graph, module, report, others) of that second
+    check, or None (the input stays; ``report["recalibration"]`` says why)."""
+    first = {k: report[k] for k in ("measured_speedup", "runtime_wins", "predicted_speedup", "rules_in_result",
+                                     "check_timing_seconds") if k in report}
+    try:
+        graph2, rep2 = recalibrate(while_measuring=builds.paused if builds else None)
+        if rep2.changed:
+            report2 = dict(rep2.to_dict(), judged_by=f"{report.get('judged_by', '')}; kernels measured after the "
+                                                     "cost model's pick was measured no faster", first_check=first)
+            mod2 = _with_report(_module(typed, func, graph2, signature), report2)
+            others2 = _others(typed, func, signature, rep2.alternatives, True)
+    except Exception as e:  # noqa: BLE001 - the input stays, as the first check decided
+        log.warning("EqSatPass: calibrating after the runtime check failed", exc_info=True)
+        report["recalibration"] = {"reason": f"failed ({type(e).__name__}: {e})"}
+        return None
+    if not rep2.changed:
+        report["recalibration"] = {"reason": rep2.reason, "calibration": rep2.info.get("calibration")}
+        return None
+    chosen = runtime_check(typed, mod2, opts, report2, judgement, [m for m, _ in others2], builds)
+    return chosen, graph2, mod2, report2, others2
 
 
 def bind_params(mod: tvm.IRModule, params: Mapping[str, Any]) -> tvm.IRModule:
@@ -285,7 +326,7 @@ class EqSatPass:
             mod = bind_params(mod, self.params)
         t0 = time.perf_counter()
         cost_model = None
-        alternatives = []
+        alternatives, recalibrate = [], None
         try:
             typed, func = main_function(mod)
             graph = from_relay(typed)
@@ -293,6 +334,8 @@ class EqSatPass:
             target = opts["target"] or host_target()
             cost_model = resolve_cost(opts["cost"], target, device=device, remote=remote, jobs=opts["jobs"],
                                       records=records)
+            if cost_model is not opts["cost"]:  # open until the check is done (it may calibrate after it)
+                stack.callback(cost_model.close)
             judgement = judge(opts, cost_model, remote, device, records)
             verdicts = (Verdicts.of(cost_model, RUNTIME_SETTINGS, opts["rules"], records) if judgement.check_runtime
                         else Verdicts(None, RUNTIME_SETTINGS))
@@ -314,10 +357,13 @@ class EqSatPass:
                 new_graph, report = optimize(graph, dict(opts, target=target, cost=cost_model,
                                                          calibrate=judgement.calibrate, min_gain=judgement.min_gain,
                                                          runtime_decides=judgement.check_runtime,
+                                                         calibrate_after_check=(judgement.calibrate_after_check
+                                                                                and not opts["verify"]),
                                                          # a build beside disturbs the kernels' timings
                                                          while_measuring=builds.paused if builds else None))
                 report["judged_by"] = judgement.notes
                 alternatives = report.pop("alternatives", None) or []
+                recalibrate = report.pop("recalibrate", None)
                 if not report.get("changed", True):
                     new_graph = _input_in_our_form(typed, graph, signature, func, report)
             if not report.get("changed", True):
@@ -329,13 +375,7 @@ class EqSatPass:
                 log.info("EqSatPass: %s", format_summary(report))
                 return mod
             new_mod = _with_report(_module(typed, func, new_graph, signature), report)
-            others = []  # calibration's other candidates, for the runtime check
-            for cand in alternatives if judgement.check_runtime and not opts["verify"] else ():
-                try:
-                    others.append((_module(typed, func, cand.graph, signature), cand))
-                except Exception:  # noqa: BLE001 - an alternative that fails is not timed
-                    log.warning("EqSatPass: an alternative candidate could not be converted; not timed",
-                                exc_info=True)
+            others = _others(typed, func, signature, alternatives, judgement.check_runtime and not opts["verify"])
         except UnsupportedProgram as e:
             warn(f"EqSatPass: unsupported program ({e.reason}); module left unchanged")
             return mod
@@ -343,9 +383,6 @@ class EqSatPass:
             log.exception("EqSatPass failed")
             warn(f"EqSatPass: failed ({type(e).__name__}: {e}); module left unchanged")
             return mod
-        finally:
-            if cost_model is not None and cost_model is not opts["cost"]:
-                cost_model.close()
         report = dict(report)
         keep = True
         if opts["verify"] or judgement.check_runtime:
@@ -358,6 +395,11 @@ class EqSatPass:
             else:
                 t_check = time.perf_counter()
                 chosen = runtime_check(typed, new_mod, opts, report, judgement, [m for m, _ in others], builds)
+                if chosen is None and recalibrate is not None and "runtime_before" in report:
+                    # measured no faster: calibrate now, extract again, and judge what that chooses
+                    second = _second_chance(recalibrate, typed, func, signature, opts, report, judgement, builds)
+                    if second is not None:
+                        chosen, new_graph, new_mod, report, others = second
                 report["check_seconds"] = time.perf_counter() - t_check
                 if builds is not None:
                     report["check_builds"] = builds.summary()

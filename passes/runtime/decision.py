@@ -71,7 +71,10 @@ class Judgement:
     """How the pass decides whether to keep its result, for one run.
 
     check_runtime  build and time both programs (on this machine, or on ``remote``'s device)
-    calibrate      measure the compared programs' kernels first (there, or here)
+    calibrate      measure the compared programs' kernels (there, or here)
+    calibrate_after_check
+                   measure them only once the runtime check measured the cost model's pick no
+                   faster, then extract again and check that (``calibrate="auto"`` with the check)
     min_gain       predicted gain required (0 when the runtime check decides; else the cost
                    model's calibrated error for the target, or the user's ``min_gain``)
     notes          why, in words (in the report as ``judged_by``)
@@ -85,6 +88,7 @@ class Judgement:
     notes: str
     remote: Any = None
     records: Any = None  # the TuningRecords the programs ship with (built and judged under them)
+    calibrate_after_check: bool = False
 
 
 def judge(opts: Mapping[str, Any], cost_model, remote=None, device: str = "", records=None) -> Judgement:
@@ -113,7 +117,13 @@ def judge(opts: Mapping[str, Any], cost_model, remote=None, device: str = "", re
     error = (cost_model.calibrated_error() if callable(getattr(cost_model, "calibrated_error", None))
              else FOREIGN_ERROR)
     fallback = float(opts["min_gain"]) if opts.get("min_gain") is not None else error
-    if calibrate and check:
+    # where the whole programs are timed anyway, the cost model's pick is judged first and its
+    # kernels measured only if it loses ("on": measured first, as without the check)
+    after_check = calibrate and check and opts["calibrate"] == "auto"
+    if after_check:
+        notes.append(f"runtime measured on {where} (kernels measured there only if the cost model's pick "
+                     "was no faster)")
+    elif calibrate and check:
         notes.append(f"kernels and runtime measured on {where}")
     elif calibrate:
         notes.append(f"kernels measured on {where}")
@@ -130,7 +140,8 @@ def judge(opts: Mapping[str, Any], cost_model, remote=None, device: str = "", re
     if records is not None and (check or calibrate or opts.get("verify")):
         built = "programs" if not calibrate else "kernels and programs" if check or opts.get("verify") else "kernels"
         notes.append(f"{built} built under {records.describe()}")
-    return Judgement(check, calibrate, gain, fallback, "; ".join(notes), remote if here else None, records)
+    return Judgement(check, calibrate, gain, fallback, "; ".join(notes), remote if here else None, records,
+                     after_check)
 
 
 def _check_inputs(mod: tvm.IRModule, seed: int) -> dict[str, np.ndarray]:
