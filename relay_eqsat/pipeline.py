@@ -387,6 +387,9 @@ class _Choice:
         """Fill ``rep`` for the extracted ``out`` and decide: ``out`` and the report, or the input
         (unchanged). ``rejected``: a program the runtime measured no faster, never returned."""
         graph, cost_model = self.graph, self.cost_model
+        if calibrator is not None and not candidates:  # no candidate: nothing was calibrated
+            calibrator.close()
+            calibrator = None
         if calibrator is not None:
             rep.info["calibration"] = calibrator.close().to_dict()
             rep.cost_before = cost_model.graph_cost(graph)  # now with the measured kernel times

@@ -81,6 +81,28 @@ def test_table_says_which_rules_the_program_came_from(changed, used, line):
     assert lines == ([line] if line else [])
 
 
+def test_table_says_when_the_model_pick_was_timed_no_faster():
+    """The model's pick timed no faster, then calibration: the table says what it measured and whether
+    another program was timed (the result's figures above are that program's) or why not."""
+    from relay_eqsat.passes.cli.optimize import format_table
+
+    base = {"cost_before": 2e-3, "cost_after": 1e-3, "rules_fired": {}}
+    second = dict(base, changed=True, measured_speedup=1.2, runtime_wins="9/9",
+                  first_check={"measured_speedup": 0.97, "runtime_wins": "2/9"},
+                  info={"calibration": {"measured": 24, "after_check": True}})
+    kept = dict(base, changed=False, measured_speedup=0.97, runtime_wins="2/9",
+                recalibration={"reason": "the measured kernels choose the program the runtime measured no "
+                                         "faster; input kept", "calibration": {"measured": 1}})
+    lines = [[x for x in format_table({"report": r, "model": "m", "target": "llvm"}).splitlines()
+              if x.startswith("first check:")] for r in (second, kept, dict(base, changed=True))]
+    assert lines[0] == ["first check:       the cost model's pick timed 0.970x (2/9 rounds won), no faster; then "
+                        "24 kernels measured, another program chosen and timed (above)"]
+    assert lines[1] == ["first check:       the cost model's pick timed 0.970x (2/9 rounds won), no faster; then "
+                        "1 kernel measured, the measured kernels choose the program the runtime measured no "
+                        "faster; input kept"]
+    assert lines[2] == []
+
+
 def test_optimize_onnx_file_and_text_module(tmp_path, capsys, no_host_data):
     model = onnx_model(tmp_path / "par.onnx")
     text_out = tmp_path / "m.relay"

@@ -175,6 +175,33 @@ def test_when_the_runtime_decides_calibration_measures_only_what_differs(cost_db
     assert cal_all["measured"] == len(before & after) and cal_all["shared"] == 0
 
 
+def test_calibration_after_the_check_measures_what_the_rejected_pick_changed(cost_db):
+    """``calibrate_after_check`` on a real e-graph, kernels really measured: nothing before the
+    check; on the word that the pick was timed no faster, the kernels it and the input do not share
+    (and those of any later round's choice), then either another program, with the input's
+    numbers, or the input."""
+    from relay_eqsat.cost import CostCache
+    from relay_eqsat.cost.instance import instances_from_graph
+    from relay_eqsat.pipeline import _same_program
+
+    g = parallel_dense_graph()
+    opts = {"final_extractor": "greedy-ocf", "node_limit": 2000}
+    out, rep = optimize_graph(g, opts, cost_model=launch_heavy_model(cost_db), calibrate=True,
+                              runtime_decides=True, calibrate_after_check=True)
+    assert rep.changed and "calibration" not in rep.info and CostCache(cost_db).count(target=host_target()) == 0
+    differ = {i.key() for i in instances_from_graph(g)} ^ {i.key() for i in instances_from_graph(out)}
+    out2, rep2 = rep.recalibrate()
+    cal = rep2.info["calibration"]
+    assert cal["after_check"] and cal["complete"] and cal["measured"] >= len(differ) > 0
+    assert CostCache(cost_db).count(target=host_target()) == cal["measured"]
+    if rep2.changed:
+        assert not _same_program(out2, out) and rep2.cost_after < rep2.cost_before
+        x = {"x": np.random.default_rng(1).standard_normal((1, 64)).astype("float32")}
+        np.testing.assert_allclose(out2.evaluate(x)[0], g.evaluate(x)[0], rtol=1e-4, atol=1e-4)
+    else:
+        assert out2.op_counts() == g.op_counts() and rep2.reason.endswith("input kept")
+
+
 def test_calibration_stops_at_its_time_limit(cost_db):
     g = parallel_dense_graph()
     out, rep = optimize_graph(g, {"final_extractor": "greedy-ocf"}, cost_model=launch_heavy_model(cost_db),
@@ -624,6 +651,11 @@ def test_calibration_after_the_check_extracts_again_from_the_same_egraph(monkeyp
     out, rep = run_with({2: 11.0, 3: 12.0})  # measured, nothing is cheaper than the input
     out2, rep2 = rep.recalibrate()
     assert not rep2.changed and "no cheaper program" in rep2.reason
+    # nothing cheaper than the input: no candidate, nothing calibrated, either way
+    for after_check in (False, True):
+        out, rep = _scripted_calibration(monkeypatch, {1: 1.0, 2: 5.0}, {2: 5.0}, runtime_decides=True,
+                                         calibrate_after_check=after_check)
+        assert not rep.changed and "calibration" not in rep.info and rep.recalibrate is None
     # without the check, or with calibrate_after_check off, calibration comes first as before
     assert _scripted_calibration(monkeypatch, {1: 10.0, 2: 5.0, 3: 6.0}, {2: 12.0, 3: 7.0},
                                  calibrate_after_check=True)[1].recalibrate is None

@@ -209,6 +209,14 @@ def format_table(result: dict) -> str:
         f"rules fired:       {sum(fired.values())} applications of {len(fired)} rules"
         + (f": {top}{more}" if fired else ""),
     ]
+    first, recal = rep.get("first_check"), rep.get("recalibration")
+    if first or recal:  # the cost model's pick was timed no faster, then calibration chose again
+        timed = first or rep
+        cal = (rep.get("info") or {}).get("calibration") if first else (recal or {}).get("calibration")
+        measured = f"{_count(cal['measured'], 'kernel')} measured, " if cal and "measured" in cal else ""
+        lines.append(f"first check:       the cost model's pick timed {timed.get('measured_speedup', 0.0):.3f}x "
+                     f"({timed.get('runtime_wins', '-')} rounds won), no faster; then {measured}"
+                     + ("another program chosen and timed (above)" if first else recal.get("reason", "")))
     used = rep.get("rules_in_result") or {}
     if used:  # the optimized program's nodes by the rule that added them (the candidate's if rejected)
         from relay_eqsat.pipeline import rules_in_words
