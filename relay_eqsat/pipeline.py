@@ -469,4 +469,6 @@ class Recalibration:
         out, rep = choice.conclude(rep, out, solution, candidates, calibrator, True, self.min_gain,
                                    t0 - self.rep.total_time, rejected=self.rejected)
         rep.info["calibration"]["after_check"] = True
+        if rep.changed and rep.cost_after > 0:  # how much cheaper the measured kernels price it than the pick
+            rep.info["calibration"]["rejected_over_result"] = choice.cost_model.graph_cost(self.rejected) / rep.cost_after
         return out, rep

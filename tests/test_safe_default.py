@@ -643,6 +643,7 @@ def test_calibration_after_the_check_extracts_again_from_the_same_egraph(monkeyp
     out2, rep2 = rep.recalibrate()
     assert out2.op_counts()["nn.relu"] == 3 and rep2.changed and rep2.cost_after == 7.0 and rep2.cost_before == 10.0
     assert rep2.info["calibration"]["after_check"] and rep2.info["calibration"]["rounds"] >= 2
+    assert rep2.info["calibration"]["rejected_over_result"] == pytest.approx(12.0 / 7.0)
     assert rep2.total_time >= rep.total_time and rep2.recalibrate is None and rep.changed  # the first stays as it was
 
     out, rep = run_with({2: 4.0, 3: 7.0})  # measured, A is still the cheapest: the runtime said no
