@@ -12,6 +12,7 @@ tvm = pytest.importorskip("tvm")
 from relay_eqsat.cli import main  # noqa: E402
 from relay_eqsat.graph import TensorGraph  # noqa: E402
 from relay_eqsat.passes.cli.profile import kernel_kind, match_graph_nodes  # noqa: E402
+from tests.test_records import autotvm_log  # noqa: E402,F401 - a fixture
 
 pytestmark = pytest.mark.tvm
 
@@ -50,8 +51,8 @@ def test_profile_after_the_pass(tmp_path, capsys, monkeypatch):
     import relay_eqsat.passes.cli.profile as profile_mod
     from relay_eqsat.passes import EqSatPass
 
-    monkeypatch.setattr(profile_mod, "make_pass", lambda target: EqSatPass(target=target, check_runtime="off",
-                                                                         calibrate="off", min_gain=0.0))
+    monkeypatch.setattr(profile_mod, "make_pass", lambda target, records=None: EqSatPass(
+        target=target, check_runtime="off", calibrate="off", min_gain=0.0))
     out = tmp_path / "p.json"
     status = main(["profile", "zoo:nasnet_a", "--small", *QUICK, "--top", "3", "--json", str(out), "--eqsat"])
     text = capsys.readouterr().out
@@ -109,3 +110,24 @@ def test_match_graph_nodes_by_op_and_order():
         assert kernels[k + 1]["graph_nodes"] == [[i, op] for i, op in zip(ids[k], ["nn.conv2d", "nn.bias_add",
                                                                                  "nn.relu"])]
     assert left == {}
+
+
+def test_profile_under_a_tuning_log(tmp_path, capsys, autotvm_log):
+    """--tuning-records: the kernels are built (and fused) as under tvmc compile --tuning-records,
+    and the header says how many of the workloads TVM looked up the log had; a corrupt log is a clear
+    error before any work."""
+    from relay_eqsat.passes.cli.profile import format_profile, profile_module
+    from relay_eqsat.passes.runtime.records import load_records
+    from tests.test_records import dense_relu
+
+    untuned = profile_module(dense_relu(), repeat=2, min_repeat_ms=0, whole=False)
+    tuned = profile_module(dense_relu(), repeat=2, min_repeat_ms=0, whole=False, records=load_records(autotvm_log))
+    assert [k["ops"] for k in untuned["kernels"]] == [["nn.contrib_dense_pack", "nn.relu"]] and untuned["tuning"] is None
+    assert [k["ops"] for k in tuned["kernels"]] == [["nn.dense", "nn.relu"]]  # the record's schedule
+    assert tuned["tuning"]["workloads_found"] == 1 and tuned["tuning"]["workloads_asked"] > 1
+    tuned["model"] = "dense"
+    assert "tuning:  built under 1 autotvm records from" in format_profile(tuned)
+    bad = tmp_path / "bad.log"
+    bad.write_text("not json\n")
+    assert main(["profile", "zoo:squeezenet", "--small", "--tuning-records", str(bad)]) == 2
+    assert "line 1" in capsys.readouterr().err

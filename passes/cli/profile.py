@@ -114,6 +114,9 @@ def add_profile_command(subparsers) -> None:
     p.add_argument("--json", metavar="FILE", default=None, help="write the profile as JSON")
     p.add_argument("--eqsat", action="store_true",
                    help="profile the program EqSatPass (its defaults, for --target) returns instead")
+    p.add_argument("--tuning-records", default=None, metavar="LOG",
+                   help="build under this AutoTVM or auto-scheduler tuning log (as tvmc compile's "
+                        "--tuning-records; with --eqsat the pass decides under it too)")
     add_common_arguments(p)
     p.set_defaults(func=run_profile)
 
@@ -149,16 +152,19 @@ def _run_profile(args) -> int:
         return _bad(f"bad --target {target!r}: {str(e).strip().splitlines()[-1] if str(e).strip() else e}")
     if not runs_here(target):
         return _bad(f"--target {target!r} does not run on this machine; profiling runs the kernels here")
-    try:
+    from relay_eqsat.passes.runtime.records import load_records
+
+    try:  # RecordsError (a ValueError): the log and its line named
+        records = load_records(args.tuning_records) if args.tuning_records else None
         mod, params = load_model(args.model, args.small, args.batch, args.input_shapes)
     except (ValueError, OSError) as e:  # ModelFileError and ShapesError are ValueErrors
         return _bad(str(e))
     eqsat = None
     if args.eqsat:
-        mod, params, eqsat = optimized(mod, params, target)
+        mod, params, eqsat = optimized(mod, params, target, records)
     result = profile_module(mod, params, target, repeat=args.repeat, number=args.number,
                             min_repeat_ms=args.min_repeat_ms, whole=not args.no_whole,
-                            time_budget=args.time_budget)
+                            time_budget=args.time_budget, records=records)
     result["model"] = args.model + (" (small)" if args.small else "") + (" after EqSatPass" if eqsat else "")
     result["eqsat"] = eqsat
     print(format_profile(result, args.top))
@@ -171,16 +177,18 @@ def _run_profile(args) -> int:
 
 # -- profiling ---------------------------------------------------------------------------
 
-def make_pass(target: str):
-    """The pass ``--eqsat`` runs: EqSatPass with its defaults for ``target``."""
+def make_pass(target: str, records=None):
+    """The pass ``--eqsat`` runs: EqSatPass with its defaults for ``target`` (under the tuning
+    ``records``, a TuningRecords, when given)."""
     from relay_eqsat.passes.relay.eqsat_pass import EqSatPass
 
-    return EqSatPass(target=target)
+    return EqSatPass(target=target, **({"tuning_records": records.path} if records is not None else {}))
 
 
-def optimized(mod, params: dict | None, target: str) -> tuple[Any, None, str]:
+def optimized(mod, params: dict | None, target: str, records=None) -> tuple[Any, None, str]:
     """``(module, None, summary)``: ``mod`` with ``params`` bound, through ``EqSatPass`` with its
-    defaults for ``target`` (what a user's pipeline runs), and one line on what it did."""
+    defaults for ``target`` (what a user's pipeline runs; under ``records``), and one line on what
+    it did."""
     from tvm import relay
 
     from relay_eqsat.pipeline import rules_in_words
@@ -189,7 +197,7 @@ def optimized(mod, params: dict | None, target: str) -> tuple[Any, None, str]:
 
     mod = relay.transform.InferType()(mod)
     mod = bind_params(mod, params) if params else mod
-    p = make_pass(target)
+    p = make_pass(target, records)
     out = p(mod)
     rep = p.last_report or {}
     rules = rules_in_words(rep.get("rules_in_result") or {})
@@ -201,10 +209,11 @@ def optimized(mod, params: dict | None, target: str) -> tuple[Any, None, str]:
 
 def profile_module(mod, params: dict | None = None, target: str | None = None, repeat: int = 5, number: int = 1,
                    min_repeat_ms: int = 5, whole: bool = True,
-                   time_budget: float = DEFAULT_TIME_BUDGET) -> dict[str, Any]:
+                   time_budget: float = DEFAULT_TIME_BUDGET, records=None) -> dict[str, Any]:
     """The profile of a Relay module (``params`` bound as constants) built at opt_level 3 for
-    ``target`` (default: the host): a JSON-able dict (see :func:`format_profile`). The whole
-    inference is timed within ``time_budget`` seconds (:func:`~relay_eqsat.passes.runtime.timing.time_within`)."""
+    ``target`` (default: the host), under the tuning ``records`` (a TuningRecords) when given: a
+    JSON-able dict (see :func:`format_profile`). The whole inference is timed within
+    ``time_budget`` seconds (:func:`~relay_eqsat.passes.runtime.timing.time_within`)."""
     import tvm
     from tvm import relay
 
@@ -213,6 +222,7 @@ def profile_module(mod, params: dict | None = None, target: str | None = None, r
     from relay_eqsat.passes.runtime.build import build, executor, random_inputs, thread_count
     from relay_eqsat.passes.runtime.timing import node_times, time_within
     from relay_eqsat.passes.runtime.target import host_target
+    from relay_eqsat.passes.runtime.records import Hits, applied, pass_config
 
     target = target or host_target()
     mod = relay.transform.InferType()(mod)
@@ -222,11 +232,14 @@ def profile_module(mod, params: dict | None = None, target: str | None = None, r
         graph_note = None
     except UnsupportedProgram as e:
         graph, graph_note = None, f"no TensorGraph: {e}"
-    with progress.ticking("optimizing with TVM's passes"), tvm.transform.PassContext(opt_level=3):
+    # the fused functions as the build makes them: under the records (a tuned layout can differ)
+    with progress.ticking("optimizing with TVM's passes"), applied(records), \
+            tvm.transform.PassContext(opt_level=3, config=pass_config(records)):
         fused, _ = relay.optimize(mod, target=target)
     functions = fused_functions(fused["main"])
+    hits = Hits() if records is not None else None
     with progress.ticking("building"):
-        lib = build(mod, target=target)
+        lib = build(mod, target=target, records=records, hits=hits)
     inputs = random_inputs({v.name_hint: ([int(d) for d in v.checked_type.shape], str(v.checked_type.dtype))
                             for v in mod["main"].params}, seed=0)
     dev = tvm.cpu(0)
@@ -248,7 +261,10 @@ def profile_module(mod, params: dict | None = None, target: str | None = None, r
         timing = time_within([m], time_budget, [time.perf_counter() - t0])
         whole_seconds, whole_timing = timing.medians[0], timing.describe()
     threads = thread_count()
+    tuned = None if records is None else {"records": records.describe(), "workloads_asked": len(hits.asked),
+                                          "workloads_found": len(hits.found)}
     return {"model": None, "target": target, "threads": threads, "repeat": repeat, "number": number,
+            "tuning": tuned,
             "min_repeat_ms": min_repeat_ms, "kernel_seconds": total, "whole_seconds": whole_seconds,
             "whole_timing": whole_timing,
             "kernels": kernels, "kinds": kind_totals(kernels), "sequences": sequence_totals(kernels),
@@ -470,6 +486,10 @@ def format_profile(result: dict, top: int = 25) -> str:
              f"timing:  debug executor, median of {result['repeat']} timings per kernel "
              f"(each >= {result['number']} runs and >= {result['min_repeat_ms']} ms)"
              + (f"; whole inference: {result['whole_timing']}" if result.get("whole_timing") else "")]
+    if result.get("tuning"):
+        t = result["tuning"]
+        lines.append(f"tuning:  built under {t['records']}: {t['workloads_found']} of the "
+                     f"{t['workloads_asked']} workloads TVM looked up had a record (the rest ran untuned)")
     if result.get("eqsat"):
         lines.append(f"eqsat:   {result['eqsat']}")
     lines.append("")
