@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from . import rewrite as rules_mod
 from .cost import CostModel, make_cost_model
 from relay_eqsat.cost.calibrate import Calibrator
+from relay_eqsat.cost.instance import instances_from_graph
 from relay_eqsat.cost.inlining import fusion_cuts
 from .egraph import EGraph
 from .extract import get_extractor
@@ -291,7 +292,8 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     ``calibrate_after_check`` (with ``calibrate`` and ``runtime_decides``): nothing is measured
     before the runtime judges the cost model's own pick; the report's ``recalibrate`` (see
     :class:`Recalibration`) calibrates on the caller's word that the runtime rejected it, and
-    extracts again from the same e-graph."""
+    extracts again from the same e-graph; it is None where most of the kernels the pick and the
+    input do not share have measured times already (:func:`unmeasured_difference`)."""
     t0 = time.perf_counter()
     opts = options if isinstance(options, OptimizeOptions) else OptimizeOptions.from_mapping(options)
     cost_model = cost_model if cost_model is not None else resolve_cost(opts.cost, opts.target)
@@ -334,8 +336,25 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     rep.extract_time = time.perf_counter() - te
     out, rep = choice.conclude(rep, out, solution, candidates, calibrator, runtime_decides, min_gain, t0)
     if deferred and rep.changed:
-        rep.recalibrate = Recalibration(choice, rep, out, solution, calibrate_time_limit, min_gain)
+        unmeasured, differing = unmeasured_difference(cost_model, graph, out)
+        rep.info["calibration_deferred"] = {"unmeasured": unmeasured, "differing": differing}
+        if unmeasured * 2 > differing:  # the pick rests mostly on predicted times: worth a second chance
+            rep.recalibrate = Recalibration(choice, rep, out, solution, calibrate_time_limit, min_gain)
     return out, rep
+
+
+def unmeasured_difference(cost_model, graph: TensorGraph, other: TensorGraph) -> tuple[int, int]:
+    """(unmeasured, differing): of the distinct kernels one of the two programs runs and the other
+    does not, those ``cost_model`` has no measured time for. Where most are measured, the cost
+    model's choice between the two already rests on this machine's times: calibrating after a
+    runtime check rejected it would measure little and choose about the same (NasRNN with the
+    Zen 3's shipped data: 1 of 8), so the rejection stands."""
+    mine = {i.key(): i for i in instances_from_graph(graph)}
+    theirs = {i.key(): i for i in instances_from_graph(other)}
+    differing = [i for k, i in {**mine, **theirs}.items() if (k in mine) != (k in theirs)]
+    measured = getattr(cost_model, "is_measured", None)
+    unmeasured = sum(1 for i in differing if measured is None or not measured(i))
+    return unmeasured, len(differing)
 
 
 class _Choice:

@@ -632,10 +632,15 @@ def test_calibration_after_the_check_extracts_again_from_the_same_egraph(monkeyp
     returned for the runtime to judge, or the input when the measured kernels still choose A or
     nothing cheaper."""
 
+    from relay_eqsat import pipeline as optimize_mod
+
     def run_with(measured_as):
         # the input (1 relu), A (2) and B (3) as predicted: A first
         return _scripted_calibration(monkeypatch, {1: 10.0, 2: 5.0, 3: 6.0}, measured_as,
                                      runtime_decides=True, calibrate_after_check=True)
+
+    # the chains run one distinct kernel: what differs, as if A's and B's were kernels of their own
+    monkeypatch.setattr(optimize_mod, "unmeasured_difference", lambda model, a, b: (2, 2))
 
     out, rep = run_with({2: 12.0, 3: 7.0})
     assert out.op_counts()["nn.relu"] == 2 and rep.changed and "calibration" not in rep.info
@@ -652,6 +657,11 @@ def test_calibration_after_the_check_extracts_again_from_the_same_egraph(monkeyp
     out, rep = run_with({2: 11.0, 3: 12.0})  # measured, nothing is cheaper than the input
     out2, rep2 = rep.recalibrate()
     assert not rep2.changed and "no cheaper program" in rep2.reason
+    # where most of the kernels that differ have measured times already, the rejection stands
+    monkeypatch.setattr(optimize_mod, "unmeasured_difference", lambda model, a, b: (1, 8))
+    out, rep = run_with({2: 12.0, 3: 7.0})
+    assert rep.recalibrate is None and rep.info["calibration_deferred"] == {"unmeasured": 1, "differing": 8}
+    monkeypatch.setattr(optimize_mod, "unmeasured_difference", lambda model, a, b: (2, 2))
     # nothing cheaper than the input: no candidate, nothing calibrated, either way
     for after_check in (False, True):
         out, rep = _scripted_calibration(monkeypatch, {1: 1.0, 2: 5.0}, {2: 5.0}, runtime_decides=True,
@@ -660,6 +670,29 @@ def test_calibration_after_the_check_extracts_again_from_the_same_egraph(monkeyp
     # without the check, or with calibrate_after_check off, calibration comes first as before
     assert _scripted_calibration(monkeypatch, {1: 10.0, 2: 5.0, 3: 6.0}, {2: 12.0, 3: 7.0},
                                  calibrate_after_check=True)[1].recalibrate is None
+
+
+def test_unmeasured_difference_counts_the_kernels_one_program_runs_and_the_other_not():
+    from relay_eqsat.pipeline import unmeasured_difference
+
+    class Measured:
+        def __init__(self, keys):
+            self.keys = keys
+
+        def is_measured(self, inst):
+            return inst.key() in self.keys
+
+    g = TensorGraph()
+    x = g.var("x", (4,))
+    g.set_output(g.add("nn.relu", [x]))
+    h = TensorGraph()
+    y = h.var("x", (4,))
+    h.set_output(h.add("sigmoid", [h.add("nn.relu", [y])]))
+    from relay_eqsat.cost.instance import instances_from_graph
+    sig = next(i for i in instances_from_graph(h) if i.op == "sigmoid")
+    assert unmeasured_difference(Measured(set()), g, h) == (1, 1)  # the relu both run is no difference
+    assert unmeasured_difference(Measured({sig.key()}), g, h) == (0, 1)
+    assert unmeasured_difference(object(), g, g) == (0, 0)
 
 
 def _rejected_then_recalibrated(second):
