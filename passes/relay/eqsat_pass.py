@@ -160,17 +160,16 @@ def _second_chance(recalibrate, typed, func, signature, opts, report: dict, judg
                                      "check_timing_seconds") if k in report}
     try:
         graph2, rep2 = recalibrate(while_measuring=builds.paused if builds else None)
-        if rep2.changed:
-            report2 = dict(rep2.to_dict(), judged_by=f"{report.get('judged_by', '')}; kernels measured after the "
-                                                     "cost model's pick was measured no faster", first_check=first)
-            mod2 = _with_report(_module(typed, func, graph2, signature), report2)
-            others2 = _others(typed, func, signature, rep2.alternatives, True)
+        if not rep2.changed:
+            report["recalibration"] = {"reason": rep2.reason, "calibration": rep2.info.get("calibration")}
+            return None
+        report2 = dict(rep2.to_dict(), judged_by=f"{report.get('judged_by', '')}; kernels measured after the "
+                                                 "cost model's pick was measured no faster", first_check=first)
+        mod2 = _with_report(_module(typed, func, graph2, signature), report2)
+        others2 = _others(typed, func, signature, rep2.alternatives, True)
     except Exception as e:  # noqa: BLE001 - the input stays, as the first check decided
         log.warning("EqSatPass: calibrating after the runtime check failed", exc_info=True)
         report["recalibration"] = {"reason": f"failed ({type(e).__name__}: {e})"}
-        return None
-    if not rep2.changed:
-        report["recalibration"] = {"reason": rep2.reason, "calibration": rep2.info.get("calibration")}
         return None
     chosen = runtime_check(typed, mod2, opts, report2, judgement, [m for m, _ in others2], builds)
     return chosen, graph2, mod2, report2, others2
@@ -357,8 +356,7 @@ class EqSatPass:
                 new_graph, report = optimize(graph, dict(opts, target=target, cost=cost_model,
                                                          calibrate=judgement.calibrate, min_gain=judgement.min_gain,
                                                          runtime_decides=judgement.check_runtime,
-                                                         calibrate_after_check=(judgement.calibrate_after_check
-                                                                                and not opts["verify"]),
+                                                         calibrate_after_check=judgement.calibrate_after_check,
                                                          # a build beside disturbs the kernels' timings
                                                          while_measuring=builds.paused if builds else None))
                 report["judged_by"] = judgement.notes

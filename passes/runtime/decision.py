@@ -118,8 +118,9 @@ def judge(opts: Mapping[str, Any], cost_model, remote=None, device: str = "", re
              else FOREIGN_ERROR)
     fallback = float(opts["min_gain"]) if opts.get("min_gain") is not None else error
     # where the whole programs are timed anyway, the cost model's pick is judged first and its
-    # kernels measured only if it loses ("on": measured first, as without the check)
-    after_check = calibrate and check and opts["calibrate"] == "auto"
+    # kernels measured only if it loses ("on": measured first, as without the check; with verify,
+    # the output check alone, the cost model decides)
+    after_check = calibrate and check and opts["calibrate"] == "auto" and not opts.get("verify")
     if after_check:
         notes.append(f"runtime measured on {where} (kernels measured there only if the cost model's pick "
                      "was no faster)")
