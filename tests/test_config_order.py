@@ -12,7 +12,6 @@ from tvm import autotvm, relay
 
 from relay_eqsat.passes.runtime import config_order, tuning
 from relay_eqsat.passes.runtime.target import host_target
-from tests.test_records import dense_relu
 
 AVX2 = "llvm -mtriple=x86_64-linux-gnu -mcpu=znver3"
 AVX512 = "llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512"
@@ -31,14 +30,27 @@ def conv_task(target, **kw):
     return task
 
 
-def test_tile_score_prices_spills_idle_pipes_odd_vector_counts_and_partial_tiles():
-    fits, spills = config_order.tile_score(8, 14, 1, 28, 8), config_order.tile_score(8, 28, 1, 28, 8)
-    assert fits > spills  # 28 accumulators do not fit AVX2's 16 registers
-    assert config_order.tile_score(16, 28, 1, 28, 16) > spills  # they fit AVX-512's 32
-    assert config_order.tile_score(8, 2, 1, 28, 8) < config_order.tile_score(8, 7, 1, 28, 8)  # FMA pipes idle
-    assert config_order.tile_score(24, 4, 1, 28, 8) < config_order.tile_score(16, 4, 1, 28, 8)  # 3 vectors
-    assert config_order.tile_score(4, 7, 1, 28, 8) < config_order.tile_score(8, 7, 1, 28, 8)  # half the lanes
-    assert config_order.tile_score(16, 5, 1, 28, 8) < config_order.tile_score(16, 4, 1, 28, 8)  # a partial tile
+def conv_tile(oc_bn, columns, width, lanes):
+    vectors = math.ceil(oc_bn / lanes)
+    return config_order.Tile(oc_bn, columns * vectors, vectors + columns,
+                             width / (math.ceil(width / columns) * columns))
+
+
+def score(oc_bn, columns, width=28, lanes=8):
+    return config_order.tile_score(conv_tile(oc_bn, columns, width, lanes), lanes)
+
+
+def test_tile_score_prices_spills_idle_pipes_starved_pipes_odd_vector_counts_and_partial_tiles():
+    assert score(8, 14) > score(8, 28)  # 28 accumulators do not fit AVX2's 16 registers
+    assert score(16, 28, lanes=16) > score(8, 28)  # they fit AVX-512's 32
+    assert score(8, 2) < score(8, 7)  # FMA pipes idle
+    assert score(24, 4) < score(16, 4)  # 3 vectors
+    assert score(12, 4) < score(16, 4)  # one and a half
+    assert score(4, 7) < score(8, 7)  # half the lanes
+    assert score(16, 5) < score(16, 4)  # a partial tile
+    # a dense tile of 8 rows x 1 vector loads 9 operands for 8 FMAs; 4 rows x 2 vectors 6 for 8
+    assert (config_order.tile_score(config_order.Tile(8, 8, 9), 8)
+            < config_order.tile_score(config_order.Tile(16, 8, 6), 8))
 
 
 @pytest.mark.parametrize("target,lanes", [(AVX2, 8), (AVX512, 16)])
@@ -66,8 +78,26 @@ def test_a_convolutions_space_is_ordered_tiles_that_fit_first_and_several_shapes
 
 def test_no_order_where_there_is_no_model():
     assert config_order.ranked(conv_task(AVX2), "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72") is None
-    dense = [t.task for t in tuning.program_tasks({"m": dense_relu()}, AVX2)]
-    assert dense and all(t.name.startswith("dense") and config_order.ranked(t, AVX2) is None for t in dense)
+    x, y = relay.var("x", shape=(2, 16, 32)), relay.var("y", shape=(2, 24, 32))
+    mod = tvm.IRModule.from_expr(relay.Function([x, y], relay.nn.batch_matmul(x, y)))
+    (bmm,) = [t.task for t in tuning.program_tasks({"m": relay.transform.InferType()(mod)}, AVX2)]
+    assert bmm.name == "batch_matmul.x86" and config_order.ranked(bmm, AVX2) is None
+
+
+@pytest.mark.parametrize("target,lanes", [(AVX2, 8), (AVX512, 16)])
+def test_a_dense_space_is_ordered_by_its_register_tile(target, lanes):
+    x = relay.var("x", shape=(16, 64))
+    w = relay.const(np.random.default_rng(0).standard_normal((64, 64)).astype("float32"))
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], relay.nn.dense(x, w))))
+    tasks = {t.task.name: t.task for t in tuning.program_tasks({"m": mod}, target)}
+    assert set(tasks) == {"dense_pack.x86", "dense_nopack.x86"}
+    for name, task in tasks.items():
+        order = config_order.ranked(task, target)
+        space = task.config_space
+        assert sorted(order) == [i for i in range(space.range_length) if space.is_index_valid(i)]
+        first = space.get(order[0])
+        width = first["tile_x" if name == "dense_pack.x86" else "tile_k"].size[-1]
+        assert width % lanes == 0  # whole vectors: every lane used
 
 
 def test_tuning_a_convolution_measures_its_fallback_then_the_ordered_configurations(tmp_path):

@@ -1,110 +1,132 @@
-"""Which configurations of a task tuning tries first: TVM's x86 convolution templates ranked by the
-register tile each configuration gives the inner loop.
+"""Which configurations of a task tuning tries first: TVM's x86 convolution and dense templates ranked
+by the register tile each configuration gives the inner loop.
 
-TVM's x86 convolution schedules (``conv2d_NCHWc.x86``, ``depthwise_conv2d_NCHWc.x86``) keep the
-partial sums of an output tile in vector registers: ``tile_ow``'s inner factor columns (times
-``tile_oh`` for 1x1 kernels), each ``ceil(oc_bn / lanes)`` registers wide, ``oc_bn`` the inner factor
-of ``tile_oc``. A tile of more accumulators than fit beside the weight and the input spills in the
-innermost loop (the untuned choice on AVX2: 28 columns of 16 registers), one of fewer than the FMA
-pipeline's depth leaves it idle, an ``oc_bn`` that is not a multiple of the lanes leaves lanes empty,
-and an ``ic_bn`` of 1 or 2 pays the reduction loop's overhead at every step. Random search spends
-most of a small budget on such configurations; :func:`ranked` orders a task's space by the model
-below (:func:`tile_score`), the one ``relay_eqsat.cost.simd`` prices untuned kernels with, so the
-first trials go to tiles that fit. Other templates (dense, batch_matmul, ...) have no model here
-and are searched at random.
+TVM's x86 schedules keep the partial sums of an output tile in vector registers while the reduction
+runs: ``conv2d_NCHWc.x86`` and ``depthwise_conv2d_NCHWc.x86`` one per column of ``tile_ow``'s inner
+factor (times ``tile_oh`` for 1x1 kernels), each ``ceil(oc_bn / lanes)`` registers wide (``oc_bn``
+the inner factor of ``tile_oc``); ``dense_pack.x86`` one per row of ``tile_y``'s inner factor, each
+``ceil(tile_x / lanes)`` wide; ``dense_nopack.x86`` one per (row, column) of the ``tile_y`` x
+``tile_x`` block, each ``ceil(tile_k / lanes)`` wide. A tile of more accumulators than fit beside the
+operands it loads spills in the innermost loop (the untuned choice for most convolutions on AVX2: 28
+columns, 16 registers), one of fewer than the FMA pipes' depth leaves them idle, one that loads more
+than it computes starves them, a block that is not a whole number of vectors leaves lanes empty.
+Random search spends most of a small budget on such configurations; :func:`ranked` orders a task's
+space by :func:`tile_score` (the register model ``relay_eqsat.cost.simd`` prices untuned kernels
+with), tile shapes taking turns so that a few trials cover several of them. Other templates
+(batch_matmul, pools, ...) have no order here and are searched at random.
 """
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from relay_eqsat.cost.simd import REGISTER_SPILL, simd_lanes, vector_registers
 
-#: the templates :func:`ranked` has a model for
-CONV_TEMPLATES = ("conv2d_NCHWc.x86", "depthwise_conv2d_NCHWc.x86")
 #: independent accumulators the FMA units need to stay busy (latency 4 cycles x 2 pipes on the
 #: AMD and Intel cores TVM targets): a tile of fewer runs at ``acc / FMA_DEPTH`` of its speed
 FMA_DEPTH = 8
-
-
-def tile_score(oc_bn: int, columns: int, rows: int, width: int, lanes: int) -> float:
-    """The share of its best speed a convolution's inner loop is predicted to run at with output-channel
-    block ``oc_bn`` and an output tile of ``columns`` x ``rows`` (``rows`` 1 but for 1x1 kernels'
-    ``tile_oh``) over an output ``width`` columns wide: lanes used, registers spilled, FMA pipes kept
-    busy, loads per FMA (each step loads the weight's vectors and broadcasts one input per column:
-    more than one load per FMA starves the FMA pipes) and the last, partial tile of a width the
-    tile does not divide. A block of 3, 5, 6, ... vectors (``oc_bn`` 24 or 40 on AVX2) runs at
-    :data:`ODD_VECTORS` of the speed of one of 1, 2 or 4 (LLVM's lowering of the odd vector type;
-    measured, 1x1 convolutions of MobileNet-v2 on a Zen 3: 2-4x slower than 16 or 32 channels)."""
-    vectors = math.ceil(oc_bn / lanes)
-    lane_use = oc_bn / (vectors * lanes)
-    if vectors & (vectors - 1):
-        lane_use *= ODD_VECTORS
-    acc = columns * rows * vectors
-    fits = acc <= vector_registers(lanes) - vectors - 1  # the weight's vectors and the broadcast input
-    spill = 1.0 if fits else REGISTER_SPILL
-    depth = min(1.0, acc / FMA_DEPTH)
-    feed = min(1.0, acc / (vectors + columns * rows))
-    tail = width / (math.ceil(width / columns) * columns)
-    return lane_use * spill * depth * feed * tail
-
-
-def _inner(entity) -> int:
-    return int(entity.size[-1])
-
-
-def _knobs(config) -> tuple[int, int, int, int, int] | None:
-    """(oc_bn, ic_bn, columns, rows, unroll) of a convolution configuration; None without those knobs."""
-    try:
-        oc_bn, ic_bn, columns = _inner(config["tile_oc"]), _inner(config["tile_ic"]), _inner(config["tile_ow"])
-    except (KeyError, AttributeError, TypeError):
-        return None
-    rows = unroll = 1
-    for name in ("tile_oh", "unroll_kw"):
-        try:
-            value = int(config[name].val)
-        except (KeyError, AttributeError, TypeError):
-            continue
-        if name == "tile_oh":
-            rows = value
-        else:
-            unroll = value
-    return oc_bn, ic_bn, columns, rows, unroll
-
-
-#: the speed share of an output-channel block of a vector count that is not a power of two
+#: the speed share of a block of a vector count that is not a power of two (3, 5, 6: ``oc_bn`` 24 or 40
+#: on AVX2) or more than one vector and not a whole number of them (12 on AVX2): LLVM's lowering of the
+#: odd vector type; measured on a Zen 3, the 1x1 convolutions of MobileNet-v2 ran 2-4x slower with 24
+#: or 40 channels a block than with 16 or 32, BERT's dense_pack 1.5-2x slower with 12 columns than 16
 ODD_VECTORS = 0.5
 #: a tile shape's second configuration is tried after the first ones of the next ``SPREAD`` shapes
 SPREAD = 4
 
 
+class Tile(NamedTuple):
+    """A configuration's register tile: ``vectors`` registers wide (``width`` fp32 values),
+    ``acc`` accumulators, ``loads`` operand loads (or broadcasts) a reduction step, and the share
+    of a ``span``-long axis its last tile computes (1.0 where the tile divides it)."""
+
+    width: int
+    acc: int
+    loads: int
+    covered: float = 1.0
+
+
+def tile_score(tile: Tile, lanes: int) -> float:
+    """The share of its best speed an inner loop with register tile ``tile`` is predicted to run at
+    on a CPU of ``lanes`` fp32 lanes: lanes used, registers spilled (the accumulators and what a
+    step loads must fit), FMA pipes kept busy, loads per FMA, the last partial tile."""
+    vectors = math.ceil(tile.width / lanes)
+    lane_use = tile.width / (vectors * lanes)
+    if vectors & (vectors - 1) or (vectors > 1 and tile.width % lanes):
+        lane_use *= ODD_VECTORS
+    fits = tile.acc <= vector_registers(lanes) - vectors - 1  # the weight's vectors and one input
+    spill = 1.0 if fits else REGISTER_SPILL
+    depth = min(1.0, tile.acc / FMA_DEPTH)
+    feed = min(1.0, tile.acc / max(1, tile.loads))
+    return lane_use * spill * depth * feed * tile.covered
+
+
+def _inner(config, name: str) -> int:
+    return int(config[name].size[-1])
+
+
+def _value(config, name: str, default: int = 1) -> int:
+    try:
+        return int(config[name].val)
+    except (KeyError, AttributeError, TypeError, ValueError):
+        return default
+
+
+def _conv(config, space, lanes: int):
+    oc_bn, ic_bn, columns = _inner(config, "tile_oc"), _inner(config, "tile_ic"), _inner(config, "tile_ow")
+    rows, unroll = _value(config, "tile_oh"), _value(config, "unroll_kw")
+    width = int(space.space_map["tile_ow"].product)
+    vectors = math.ceil(oc_bn / lanes)
+    covered = width / (math.ceil(width / columns) * columns)
+    tile = Tile(oc_bn, columns * rows * vectors, vectors + columns * rows, covered)
+    # within a shape: channel blocks that agree (no layout transform between neighbours), larger
+    # input-channel blocks, the kernel width unrolled
+    return (oc_bn, columns, rows), tile, (-int(ic_bn == oc_bn), -ic_bn, -unroll)
+
+
+def _dense_pack(config, space, lanes: int):
+    rows, columns = _inner(config, "tile_y"), _inner(config, "tile_x")
+    vectors = math.ceil(columns / lanes)
+    tile = Tile(columns, rows * vectors, rows + vectors)
+    # within a shape: the reduction and row splits TVM's own choice makes (k 1, inner rows the tile)
+    return (rows, columns), tile, (_inner(config, "tile_k") != 1, _inner(config, "tile_inner") != rows,
+                                   -config["tile_y"].size[-2], -config["tile_x"].size[-2])
+
+
+def _dense_nopack(config, space, lanes: int):
+    rows, columns, k = _inner(config, "tile_y"), _inner(config, "tile_x"), _inner(config, "tile_k")
+    vectors = math.ceil(k / lanes)
+    return (rows, columns, k), Tile(k, rows * columns * vectors, (rows + columns) * vectors), ()
+
+
+#: template -> (configuration, space, lanes) -> (tile shape, Tile, order within the shape)
+TEMPLATES = {"conv2d_NCHWc.x86": _conv, "depthwise_conv2d_NCHWc.x86": _conv,
+             "dense_pack.x86": _dense_pack, "dense_nopack.x86": _dense_nopack}
+
+
 def ranked(task, target: str) -> list[int] | None:
     """The indices of ``task``'s configurations in the order tuning tries them; None where there is
     no model for its template or its target (not x86). Configurations are grouped by their register
-    tile (``oc_bn``, columns, rows), the groups ordered by :func:`tile_score`; within a group the
-    channel blocks that agree come first (neighbouring kernels need no layout transform between them),
-    then larger input-channel blocks, the unrolled kernel width first. The groups take turns, so a
-    few trials cover several tile shapes: a shape's second configuration comes after the first ones
-    of the next :data:`SPREAD` shapes."""
+    tile, the groups ordered by :func:`tile_score` (ties: more accumulators), each group's own order
+    by the template's preferences; the groups take turns, a shape's second configuration after the
+    first ones of the next :data:`SPREAD` shapes."""
     lanes = simd_lanes(str(target))
-    if task.name not in CONV_TEMPLATES or not lanes:
+    describe = TEMPLATES.get(task.name)
+    if describe is None or not lanes:
         return None
     space = task.config_space
-    width = getattr(space.space_map.get("tile_ow"), "product", None)
-    if not width:
-        return None
     groups: dict[tuple, list] = {}
-    for index in range(space.range_length):
-        if not space.is_index_valid(index):
-            continue
-        knobs = _knobs(space.get(index))
-        if knobs is None:
-            return None
-        oc_bn, ic_bn, columns, rows, unroll = knobs
-        groups.setdefault((oc_bn, columns, rows), []).append((-int(ic_bn == oc_bn), -ic_bn, -unroll, index))
-    shapes = sorted(groups, key=lambda g: (-tile_score(g[0], g[1], g[2], int(width), lanes),
-                                           -g[0] * g[1] * g[2], g))
+    scores: dict[tuple, tuple] = {}
+    try:
+        for index in range(space.range_length):
+            if not space.is_index_valid(index):
+                continue
+            shape, tile, within = describe(space.get(index), space, lanes)
+            groups.setdefault(shape, []).append((*within, index))
+            scores[shape] = (-tile_score(tile, lanes), -tile.acc)
+    except (KeyError, AttributeError, TypeError, ValueError, ZeroDivisionError):
+        return None  # a template of another TVM version: its knobs are not these
     keyed = []
-    for rank, shape in enumerate(shapes):
+    for rank, shape in enumerate(sorted(groups, key=lambda g: (scores[g], g))):
         for turn, member in enumerate(sorted(groups[shape])):
             keyed.append((rank + SPREAD * turn, rank, member[-1]))
     keyed.sort()
