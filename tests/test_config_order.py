@@ -54,26 +54,31 @@ def test_tile_score_prices_spills_idle_pipes_starved_pipes_odd_vector_counts_and
 
 
 @pytest.mark.parametrize("target,lanes", [(AVX2, 8), (AVX512, 16)])
-def test_a_convolutions_space_is_ordered_tiles_that_fit_first_and_several_shapes_early(target, lanes):
+def test_a_convolutions_space_is_ordered_untuned_layout_first_tiles_that_fit_first_several_shapes_early(
+        target, lanes):
     task = conv_task(target)
     order = config_order.ranked(task, target)
     space = task.config_space
     assert sorted(order) == [i for i in range(space.range_length) if space.is_index_valid(i)]
-    registers = 32 if lanes == 16 else 16
-    shapes = []
-    for index in order[:config_order.SPREAD]:
+    blocks = config_order.untuned_blocks(space, lanes)
+    assert blocks == (min(16, lanes), min(32, lanes))  # 16 channels in, 32 out: TVM's untuned choice
+
+    def described(index):
         cfg = space.get(index)
-        oc_bn, columns = cfg["tile_oc"].size[-1], cfg["tile_ow"].size[-1]
-        vectors = math.ceil(oc_bn / lanes)
-        assert oc_bn % lanes == 0 and vectors & (vectors - 1) == 0  # every lane used, 1, 2 or 4 vectors
-        assert config_order.FMA_DEPTH <= columns * vectors <= registers - vectors - 1  # fits, pipes busy
-        shapes.append((oc_bn, columns))
-    assert len(set(shapes)) == len(shapes)  # the first trials cover as many tile shapes
-    # TVM's own choice on AVX2 (28 columns, 8 channels) spills: it comes after all of those
+        return (cfg["tile_ic"].size[-1], cfg["tile_oc"].size[-1]), cfg["tile_ow"].size[-1]
+
+    # every configuration that keeps the untuned layout (no layout transform to its neighbours) comes first
+    keeps = [described(i)[0] == blocks for i in order]
+    assert keeps == sorted(keeps, reverse=True) and 0 < sum(keeps) < len(keeps)
+    registers = 32 if lanes == 16 else 16
+    widths = [described(i)[1] for i in order[:config_order.SPREAD]]
+    assert len(set(widths)) == len(widths)  # the first trials cover as many tile shapes
+    assert all(w <= registers - 2 for w in widths[:3])  # one vector of channels: the first three do not spill
+    assert widths[0] >= config_order.FMA_DEPTH
+    # TVM's own choice on AVX2 (28 columns) spills: it comes after those
     if lanes == 8:
         fallback = tuning.fallback_index(task)
-        assert space.get(fallback)["tile_ow"].size[-1] == 28
-        assert order.index(fallback) > config_order.SPREAD
+        assert described(fallback)[1] == 28 and order.index(fallback) > config_order.SPREAD
 
 
 def test_no_order_where_there_is_no_model():
