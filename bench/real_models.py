@@ -530,7 +530,7 @@ def notes(rows: Sequence[Mapping]) -> list[str]:
                              f"the pass judged #{rec.get('runtime_chosen', 0) + 1}")
             if rec.get("tuning"):
                 t = rec["tuning"]
-                lines.append(f"{where}: {t['measured']} AutoTVM trials (random search) in {t['seconds']:.0f} s, "
+                lines.append(f"{where}: {t['measured']} AutoTVM trials (fallback first, then config_order's order or random) in {t['seconds']:.0f} s, "
                              f"budget {t['budget']}, {sum(1 for k in t['tasks'] if k['planned'])} of "
                              f"{len(t['tasks'])} tasks of {', '.join(t['programs'])}; log {rec.get('tuning_log')}")
             if "ratio_vs_opt3_tuned" in rec:

@@ -523,8 +523,9 @@ def tuning_block(s: Mapping) -> str:
     tvm = (s.get("machine") or {}).get("tvm_threads")
     out = header_lines(s, f"{tvm} TVM thread{'s' if tvm != 1 else ''}, onnxruntime at the same"
                        if tvm is not None else None)
-    out += ["", f"Budget B = {s.get('budget')} AutoTVM trials a model (random search, each task's first trial "
-            "TVM's own fallback configuration).", "",
+    out += ["", f"Budget B = {s.get('budget')} AutoTVM trials a model (each task's first trial TVM's own "
+            "fallback configuration; then x86 convolutions and dense layers in the register-tile order of "
+            "`passes/runtime/config_order.py`, other kernels at random).", "",
             "| model | onnxruntime ms | TVM opt3 ms | TVM tuned ms (trials, tasks tuned, s) | pass + tuning ms "
             "(trials, tasks tuned, s) | pass + tuning over tuned alone (rounds won) | pass + tuning / "
             "onnxruntime | the pass's program |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]

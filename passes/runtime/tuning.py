@@ -18,9 +18,8 @@ The search after the fallback: x86 convolutions try their configurations in the 
 at random; other templates at random (AutoTVM's ``RandomTuner``). At the budgets a small machine
 affords (tens of trials a task: 16 trials of a SqueezeNet convolution took 130 s on 2 cores) a
 genetic search's first generation is random samples too, and AutoTVM's XGBoost tuner trains in the
-tuning process, which hangs this TVM. Measured (Zen 3, 8 trials each, the largest convolutions of
-SqueezeNet1.1 and MobileNet-v2): the ordered search's best 1.1-3.6x faster than the fallback on 12
-of 14, random search's best slower than the fallback on 6 of 14 (docs/design-notes.md#tuning).
+tuning process, which hangs this TVM. What the order gains over random search, task by task:
+``bench/tuning_order.py``; model by model: docs/results.md (docs/design-notes.md#tuning).
 """
 from __future__ import annotations
 
