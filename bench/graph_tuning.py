@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -39,17 +38,14 @@ VARIANTS = ("untuned", "log", "graph")
 
 
 def graph_tune(name: str, log: Path, work: Path, rounds: int) -> dict:
-    import numpy as np
-    import tvm
     from tvm import relay
     from tvm.autotvm.graph_tuner import DPTuner
 
     from model_inputs import load_onnx
     from relay_eqsat.passes.runtime import tuning
-    from relay_eqsat.passes.runtime.build import build, executor, random_inputs
-    from relay_eqsat.passes.runtime.records import load_records
+    from relay_eqsat.passes.runtime.build import random_inputs
     from relay_eqsat.passes.runtime.target import host_target
-    from relay_eqsat.passes.runtime.timing import paired_ratio, time_rounds
+    from under_logs import paired_under_logs
 
     meta = json.loads((MODELS_DIR / f"{name}.json").read_text())
     mod = load_onnx(MODELS_DIR / f"{name}.onnx", meta["inputs"])
@@ -73,23 +69,11 @@ def graph_tune(name: str, log: Path, work: Path, rounds: int) -> dict:
     gt.write_opt_sch2record_file(str(chosen))
     row["graph_tuning_s"] = time.perf_counter() - t0
     inputs = random_inputs({s["name"]: (list(s["shape"]), s["dtype"]) for s in meta["inputs"]}, seed=0)
-    libs = [build(mod, target=target), build(mod, target=target, records=load_records(full)),
-            build(mod, target=target, records=load_records(chosen))]
-    mods = []
-    for lib in libs:
-        m = executor(lib, tvm.cpu(0))
-        for k, v in inputs.items():
-            m.set_input(k, v)
-        m.run()
-        mods.append(m)
-    ref = mods[0].get_output(0).numpy()
-    scale = float(np.abs(ref).max()) or 1.0
-    row["max_error"] = max(float(np.abs(m.get_output(0).numpy() - ref).max()) / scale for m in mods[1:])
-    times = time_rounds(mods, repeat=rounds, min_repeat_ms=200)
-    row["ms"] = {v: statistics.median(t) * 1e3 for v, t in zip(VARIANTS, times)}
-    for what, (a, b) in {"log_over_untuned": (0, 1), "graph_over_untuned": (0, 2), "graph_over_log": (1, 2)}.items():
-        ratio, wins = paired_ratio(times[a], times[b])
-        row[what] = {"ratio": ratio, "wins": f"{wins}/{rounds}"}
+    timed = paired_under_logs(mod, inputs, [full, chosen], VARIANTS, rounds)
+    row.update(max_error=timed["max_error"], ms=timed["ms"])
+    for what, pair in {"log_over_untuned": "log/untuned", "graph_over_untuned": "graph/untuned",
+                       "graph_over_log": "graph/log"}.items():
+        row[what] = timed["ratios"][pair]
     return row
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -39,15 +38,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="bench/results/tuning_logs.json")
     args = ap.parse_args(argv)
 
-    import numpy as np
-    import tvm
-
     from model_inputs import load_onnx
     from relay_eqsat.passes.runtime import tuning
-    from relay_eqsat.passes.runtime.build import build, executor, random_inputs
-    from relay_eqsat.passes.runtime.records import load_records
+    from relay_eqsat.passes.runtime.build import random_inputs
     from relay_eqsat.passes.runtime.target import host_target
-    from relay_eqsat.passes.runtime.timing import paired_ratio, time_rounds
+    from under_logs import paired_under_logs
 
     meta = json.loads((MODELS_DIR / f"{args.model}.json").read_text())
     mod = load_onnx(MODELS_DIR / f"{args.model}.onnx", meta["inputs"])
@@ -57,23 +52,11 @@ def main(argv=None) -> int:
         plan = tuning.plan_trials(tuning.program_tasks({"the input": mod}, target), args.trials, 1)
         row["log_b_trials"] = tuning.tune(plan, args.log_b, enabled=False)
     inputs = random_inputs({s["name"]: (list(s["shape"]), s["dtype"]) for s in meta["inputs"]}, seed=0)
-    libs = [build(mod, target=target)] + [build(mod, target=target, records=load_records(log))
-                                          for log in (args.log_a, args.log_b)]
-    mods = []
-    for lib in libs:
-        m = executor(lib, tvm.cpu(0))
-        for k, v in inputs.items():
-            m.set_input(k, v)
-        m.run()
-        mods.append(m)
-    ref = mods[0].get_output(0).numpy()
-    row["max_error"] = max(float(np.abs(m.get_output(0).numpy() - ref).max()) for m in mods[1:]) / (
-        float(np.abs(ref).max()) or 1.0)
-    times = time_rounds(mods, repeat=args.rounds, min_repeat_ms=200)
-    row["ms"] = {v: statistics.median(t) * 1e3 for v, t in zip(VARIANTS, times)}
-    for what, (a, b) in {"a_over_untuned": (0, 1), "b_over_untuned": (0, 2), "b_over_a": (1, 2)}.items():
-        ratio, wins = paired_ratio(times[a], times[b])
-        row[what] = {"ratio": ratio, "wins": f"{wins}/{args.rounds}"}
+    timed = paired_under_logs(mod, inputs, [args.log_a, args.log_b], VARIANTS, args.rounds)
+    row.update(max_error=timed["max_error"], ms=timed["ms"])
+    for what, pair in {"a_over_untuned": "log A/untuned", "b_over_untuned": "log B/untuned",
+                       "b_over_a": "log B/log A"}.items():
+        row[what] = timed["ratios"][pair]
     tables.print_table(["model", *(f"{v} ms" for v in VARIANTS), "A / untuned", "B / untuned", "B / A (rounds B won)",
                         "max error"],
                        [[args.model, *(row["ms"][v] for v in VARIANTS), row["a_over_untuned"]["ratio"],

@@ -170,9 +170,10 @@ _OPTIONS: list[Option] = [
            "--tuning-records): calibration measures kernels built under it and the runtime check builds and times "
            "both programs under it, as they will ship; with tune_trials, the AutoTVM log the trials are added to",
            nullable=True, scope="pass"),
-    Option("tune_trials", int, 0, "AutoTVM trials to spend, before optimizing under tuning_records, on the tasks "
-           "of the input and of the pass's candidates (those the candidates do not share first); each is added "
-           "to tuning_records as it is measured, and trials already there count (0: no tuning)", low=0,
+    Option("tune_trials", int, 0, "AutoTVM trials to spend, before optimizing under tuning_records: a few on "
+           "each task the input and the pass's candidates do not share (at most half), the pass deciding under "
+           "them, the rest on the tasks of the program it chose; each is added to tuning_records as it is "
+           "measured, and trials already there count (0: no tuning)", low=0,
            low_inclusive=True, scope="pass"),
     Option("min_gain", float, None, "predicted speedup margin required when the runtime is not measured, "
            "e.g. 0.1 = 10%; None: the cost model's calibrated error for the target", low=0,

@@ -267,7 +267,8 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
                    cost_model=None, rules: Sequence | None = None, *, min_gain: float = 0.0,
                    calibrate: bool = False, calibrate_time_limit: float = 300.0,
                    runtime_decides: bool = False, calibrate_after_check: bool = False,
-                   progress: bool | None = None, while_measuring=None) -> tuple[TensorGraph, OptimizeReport]:
+                   progress: bool | None = None, while_measuring=None,
+                   tuned: bool | None = None) -> tuple[TensorGraph, OptimizeReport]:
     """Optimize ``graph``; returns (graph', report). graph' is ``graph`` itself
     unless the result is predicted faster by more than ``min_gain`` (0.1: 10%;
     0: any gain; never worse under the cost model).
@@ -287,7 +288,8 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     they do, the report's ``alternatives`` hold the rounds' other candidates
     they price below the input, for the runtime to time beside the result. ``while_measuring``: a
     context manager factory calibration enters while it measures (the pass pauses its background
-    builds there).
+    builds there). ``tuned``: the program ships built under tuning records, and the rules that
+    ``avoid tuned`` are left out (None: when the cost model prices kernels under records).
 
     ``calibrate_after_check`` (with ``calibrate`` and ``runtime_decides``): nothing is measured
     before the runtime judges the cost model's own pick; the report's ``recalibrate`` (see
@@ -297,8 +299,10 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     t0 = time.perf_counter()
     opts = options if isinstance(options, OptimizeOptions) else OptimizeOptions.from_mapping(options)
     cost_model = cost_model if cost_model is not None else resolve_cost(opts.cost, opts.target)
+    if tuned is None:  # kernels priced under tuning records ship under them
+        tuned = getattr(cost_model, "records", None) is not None
     rules, avoided = rules_for_target(resolve_rules(rules if rules is not None else opts.rules), opts.target,
-                                      opts.fast_math)
+                                      opts.fast_math, tuned=tuned)
     rep = OptimizeReport(search=opts.search)
     if avoided:
         rep.info["rules_avoided"] = avoided

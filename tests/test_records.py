@@ -36,20 +36,24 @@ def kernels(lib) -> list[str]:
     return [n["attrs"]["func_name"] for n in json.loads(lib.get_graph_json())["nodes"] if n["op"] == "tvm_op"]
 
 
-@pytest.fixture
-def autotvm_log(tmp_path):
-    """An AutoTVM log for dense_relu's ``dense_nopack.x86`` task only: built under it, the dense
-    runs unpacked, where TVM's untuned default packs its weight (``contrib_dense_pack``)."""
+def write_autotvm_log(path):
+    """``path``: an AutoTVM log for dense_relu's ``dense_nopack.x86`` task only: built under it, the
+    dense runs unpacked, where TVM's untuned default packs its weight (``contrib_dense_pack``)."""
     from tvm import autotvm
     from tvm.autotvm.measure import MeasureInput, MeasureResult
 
     tasks = autotvm.task.extract_from_program(dense_relu()["main"], target=host_target(), params={})
     task = next(t for t in tasks if t.name == "dense_nopack.x86")
     cfg = task.config_space.get(len(task.config_space) // 2)
-    path = tmp_path / "dense.autotvm.log"
     path.write_text(autotvm.record.encode(MeasureInput(task.target, task, cfg),
                                           MeasureResult((1e-5,), 0, 0.1, time.time())) + "\n")
     return path
+
+
+@pytest.fixture
+def autotvm_log(tmp_path):
+    """:func:`write_autotvm_log`'s log."""
+    return write_autotvm_log(tmp_path / "dense.autotvm.log")
 
 
 @pytest.fixture

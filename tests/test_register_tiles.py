@@ -135,6 +135,9 @@ def test_left_out_for_avx512_and_gpus():
         rules, avoided = rules_for_target(list(RULES.values()), target)
         assert {r.name for r in rules} == (names if kept else set()), target
         assert set(avoided) == (set() if kept else names), target
+        # kernels built under tuning records choose their own register tiles: never split for them
+        rules, avoided = rules_for_target(list(RULES.values()), target, tuned=True)
+        assert not rules and set(avoided) == names, target
 
 
 @pytest.mark.tvm
@@ -145,6 +148,22 @@ def test_pass_leaves_them_out_for_avx512():
     out, report = _optimize(_block(28, 28, c=32), ZNVER4)
     assert "conv-split-width" in report["info"]["rules_avoided"] and not report["rules_fired"].get("conv-split-width")
     assert op_calls(out).get("nn.conv2d") == 2
+
+
+@pytest.mark.tvm
+def test_pass_leaves_them_out_under_tuning_records(tmp_path):
+    """The AVX2 block the pass splits untuned (test above) stays whole under a tuning log: tuning
+    chooses the convolutions' tiles (bench_tuning_3: the split candidates timed no faster under it)."""
+    pytest.importorskip("tvm")
+    from relay_eqsat.passes import EqSatPass
+    from relay_eqsat.passes.relay.simplify_copies import op_calls
+    from tests.test_records import write_autotvm_log
+
+    log = write_autotvm_log(tmp_path / "dense.log")  # records of another model's kernel: tuned all the same
+    p = EqSatPass(**TRUST, target=ZNVER1, tuning_records=str(log))
+    out = p(_block(28, 28, c=32))
+    assert {"conv-split-width", "conv1x1-split-height"} <= set(p.last_report["info"]["rules_avoided"])
+    assert op_calls(out).get("nn.conv2d", 2) == 2 and not p.last_report["rules_fired"].get("conv-split-width")
 
 
 def test_sweep_fit_recovers_a_step(monkeypatch):

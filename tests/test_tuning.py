@@ -50,6 +50,31 @@ def test_the_budget_goes_first_to_what_the_programs_do_not_share_and_to_each_pro
     assert [t.trials for t in big] == [90, 3]  # shares by work, never past a task's configurations
 
 
+def test_the_decision_gets_a_few_trials_on_each_kernel_that_differs_and_at_most_half_the_budget():
+    tasks = [task("shared-big", 1e9, {"a", "b"}),
+             task("a-big", 4e8, {"a"}), task("a-small", 1e6, {"a"}),
+             task("b-big", 2e8, {"b"}), task("b-mid", 1e8, {"b"}), task("b-small", 1e6, {"b"})]
+    plan = tuning.plan_decision(tasks, 60, 2)  # room for DECIDE_TRIALS each; a shared kernel decides nothing
+    assert [(t.task.name, t.trials) for t in plan] == [("a-big", 4), ("b-big", 4), ("b-mid", 4), ("a-small", 4),
+                                                      ("b-small", 4), ("shared-big", 0)]
+    assert [t.trials for t in tuning.plan_decision(tasks, 24, 2)] == [2, 2, 2, 2, 2, 0]  # half of 24 over 5
+    # a budget below the kernels that differ: each program's largest first, the fallback alone
+    assert [t.trials for t in tuning.plan_decision(tasks, 4, 2)] == [1, 1, 1, 1, 0, 0]
+    tiny = tuning.plan_decision([task("a", 1e6, {"a"}, space=2), task("b", 1e6, {"b"})], 100, 2)
+    assert [t.trials for t in tiny] == [2, 4]  # never past a task's configurations
+
+
+def test_the_shipped_program_gets_the_budget_but_what_deciding_spent_on_kernels_it_does_not_run(monkeypatch):
+    compared = [task("shared", 1e9, {"a", "b"}), task("a-own", 1e9, {"a"}), task("b-own", 1e9, {"b"})]
+    shipped = [task("shared", 1e9, {"a"}), task("a-own", 1e9, {"a"})]
+    in_log = {t.key: list(range(n)) for t, n in zip(compared, (0, 4, 3))}
+    monkeypatch.setattr(tuning, "records_per_task", lambda path: in_log)
+    plan = tuning.plan_shipped(shipped, compared, 40, "log")
+    assert [(t.task.name, t.trials) for t in plan] == [("a-own", 19), ("shared", 18)]  # 40 - b-own's 3
+    alone = tuning.plan_trials([task("shared", 1e9, {"a"}), task("a-own", 1e9, {"a"})], 37, 1)
+    assert [t.trials for t in plan] == [t.trials for t in alone]  # as tuning that program alone plans it
+
+
 def test_trials_are_timed_here_appended_as_measured_and_a_second_run_goes_on_where_the_first_stopped(tmp_path):
     tasks = tuning.program_tasks({"the input": dense_relu()}, host_target())
     plan = [t for t in tuning.plan_trials(tasks, 3, 1) if t.trials]
@@ -127,8 +152,11 @@ def test_tune_then_tvmc_compile_with_its_log_builds_the_tuned_program_without_tu
     assert "tuning:            6 AutoTVM trials measured" in capsys.readouterr().out
     trials = list(autotvm.record.load_from_file(str(log)))
     assert len(trials) == 6 and sum(r.error_no == 0 for _, r in trials) >= 4
-    # the input's convolutions (16 channels out) and the merged candidate's (32) both tuned
-    assert {tuple(i.task.args[1][1]) for i, _ in trials} == {(16, 8, 3, 3), (32, 8, 3, 3)}
+    # the input's convolutions (16 channels out) and the merged candidate's (32) both tuned to decide
+    # (one trial each: half the budget over the two), the other four on the program the pass chose
+    weights = [tuple(i.task.args[1][1]) for i, _ in trials]
+    assert set(weights) == {(16, 8, 3, 3), (32, 8, 3, 3)}
+    assert sorted(weights.count(w) for w in set(weights)) == [1, 5]
     out, rep = tmp_path / "opt.tar", tmp_path / "tvmc.json"
     assert cli_main(["tvmc", "compile", str(model), "-o", str(out), "--eqsat", "--tuning-records", str(log),
                      "--eqsat-report", str(rep)]) == 0

@@ -231,7 +231,10 @@ def format_table(result: dict) -> str:
         lines.append(f"tuning:            {_count(tuned['measured'], 'AutoTVM trial')} measured in "
                      f"{tuned['seconds']:.0f} s (budget {tuned['budget']}, {sum(t['before'] for t in tasks)} in the log "
                      f"before) on {sum(1 for t in tasks if t['planned'])} of {_count(len(tasks), 'task')} of "
-                     f"{', '.join(tuned['programs'])}; log {tuned['log']} (tvmc compile --tuning-records "
+                     f"{', '.join(tuned['programs'])}"
+                     + (f" ({tuned['decision_trials']} deciding between them, the rest on {tuned['decided']}'s)"
+                        if len(tuned['programs']) > 1 and "decided" in tuned else "")
+                     + f"; log {tuned['log']} (tvmc compile --tuning-records "
                      f"{tuned['log']} --eqsat builds this program without tuning again)")
     if result.get("not_measured"):
         lines.append(f"measured:          no: {result['not_measured']}")

@@ -32,7 +32,7 @@ from relay_eqsat.cost.tracker import remote_from_options
 from relay_eqsat.passes.runtime.builder import Builder, unavailable
 from relay_eqsat.passes.runtime.decision import RUNTIME_SETTINGS, judge, runtime_check
 from relay_eqsat.passes.runtime.records import has_records, load_records, resolve as resolve_records
-from relay_eqsat.passes.runtime.tuning import check_tunable, plan_trials, program_tasks, tune
+from relay_eqsat.passes.runtime.tuning import check_tunable, plan_decision, plan_shipped, program_tasks, tune
 from relay_eqsat.passes.runtime.remote import probe_device
 from relay_eqsat.passes.runtime.target import host_target
 from relay_eqsat.passes.runtime.verdicts import Verdicts, program_record
@@ -77,7 +77,8 @@ def optimize(graph: TensorGraph, options: Mapping[str, Any]) -> tuple[TensorGrap
                                        calibrate_time_limit=float(options["calibrate_time_limit"]),
                                        runtime_decides=bool(options.get("runtime_decides")),
                                        calibrate_after_check=bool(options.get("calibrate_after_check")),
-                                       while_measuring=options.get("while_measuring"))
+                                       while_measuring=options.get("while_measuring"),
+                                       tuned=bool(options.get("tuning_records")) or None)
     return new_graph, dict(report.to_dict(), alternatives=report.alternatives, recalibrate=report.recalibrate)
 
 
@@ -274,7 +275,7 @@ class EqSatPass:
         tuned = None
         if tuning:
             try:
-                tuned = self._tune(mod, opts, device, records)
+                tuned = self._tune(mod, opts, remote, device, records)
             except Exception as e:  # noqa: BLE001 - a pass must not break the build (Ctrl-C goes on up)
                 log.exception("EqSatPass: tuning failed")
                 warn(f"EqSatPass: tuning failed ({type(e).__name__}: {e}); module left unchanged")
@@ -286,14 +287,15 @@ class EqSatPass:
             self.last_report["tuning"] = tuned
         return out
 
-    def _tune(self, mod: tvm.IRModule, opts: Mapping[str, Any], device: str, records) -> dict:
-        """Spend ``tune_trials`` AutoTVM trials on the tasks of the input and of the candidates the
-        optimizer finds under ``records`` (the log's records so far, or None), adding them to the
-        log (:mod:`relay_eqsat.passes.runtime.tuning`); what was tuned, for the report."""
+    def _tune(self, mod: tvm.IRModule, opts: Mapping[str, Any], remote, device: str, records) -> dict:
+        """Spend ``tune_trials`` AutoTVM trials in two rounds (:mod:`relay_eqsat.passes.runtime.tuning`),
+        adding them to the log: a few on each kernel that differs between the input and the candidates
+        the optimizer finds under ``records`` (the log's records so far, or None); the pass decides
+        under them (its runtime check, as after tuning); the rest on the tasks of the program it chose.
+        What was tuned, for the report."""
         t0 = time.perf_counter()
-        if self.params:
-            mod = bind_params(mod, self.params)
-        typed, func = main_function(mod)
+        bound = bind_params(mod, self.params) if self.params else mod
+        typed, func = main_function(bound)
         graph = from_relay(typed)
         signature = _signature(graph)
         target = opts["target"] or host_target()
@@ -311,12 +313,30 @@ class EqSatPass:
             programs["the result"] = _module(typed, func, new_graph, signature)
         for i, cand in enumerate(report.get("alternatives") or ()):
             programs[f"candidate {i + 2}"] = _module(typed, func, cand.graph, signature)
-        plan = plan_trials(program_tasks(programs, target), opts["tune_trials"], len(programs))
-        measured = tune(plan, opts["tuning_records"])
+        path = opts["tuning_records"]
+        compared = program_tasks(programs, target)
+        first = plan_decision(compared, opts["tune_trials"], len(programs))
+        measured = tune(first, path)
+        shipped, decided = typed, "the input"
+        if len(programs) > 1:  # decide under the first round's trials, as the pass decides after tuning
+            records = load_records(path) if has_records(path) else None
+            with contextlib.ExitStack() as stack:
+                out = self._transform(mod, opts, remote, device, records, stack)
+            if (self.last_report or {}).get("changed"):
+                shipped, decided = out, "the result"
+        second = plan_shipped(program_tasks({decided: shipped}, target), compared, opts["tune_trials"], path)
+        measured += tune(second, path)
+        tasks: dict[tuple, dict] = {}  # each task once: planned in all, in the log before, measured now
+        for t in (*first, *second):
+            row = tasks.setdefault(t.key, {"task": t.describe(), "programs": set(), "planned": 0,
+                                           "before": t.done, "measured": 0})
+            row["programs"] |= t.programs
+            row["planned"] = max(row["planned"], t.trials)
+            row["measured"] += t.measured
         return {"budget": opts["tune_trials"], "measured": measured, "programs": list(programs),
-                "tasks": [{"task": t.describe(), "programs": sorted(t.programs), "planned": t.trials,
-                           "before": t.done, "measured": t.measured} for t in plan],
-                "log": opts["tuning_records"], "seconds": time.perf_counter() - t0}
+                "decided": decided, "decision_trials": sum(t.measured for t in first),
+                "tasks": [dict(r, programs=sorted(r["programs"])) for r in tasks.values()],
+                "log": path, "seconds": time.perf_counter() - t0}
 
     def _transform(self, mod: tvm.IRModule, opts: Mapping[str, Any], remote, device: str, records,
                    stack: contextlib.ExitStack) -> tvm.IRModule:

@@ -4,11 +4,13 @@ one trial budget, one records file.
 A kernel's tuned time can reverse the pass's decision (a split that pays for an untuned schedule
 may lose to the whole kernel tuned), so the tasks the decision rests on are tuned: those of the
 input and of each candidate the pass would compare. :func:`program_tasks` extracts each
-program's AutoTVM tasks; :func:`plan_trials` spends the budget on them, the tasks one program
-runs and another does not first (where the decision is open), then the tasks all of them run
-(which the shipped program needs tuned as much), each task's share of the trials by its
-floating-point work; :func:`tune` runs the plan, appending every trial to the records file as it
-is measured (a Ctrl-C keeps them), and a second run on the same file tunes only what the plan
+program's AutoTVM tasks; the budget is spent in two rounds. :func:`plan_decision` gives the tasks
+one program runs and another does not (where the decision is open) a few trials each, at most half
+the budget; the pass decides under them; :func:`plan_shipped` spends the rest on the tasks of the
+program it ships, planned as tuning that program alone plans it (each task's share of the trials by
+its floating-point work, :func:`plan_trials`), so a kept input loses only the first round's trials
+on the candidates' own kernels. :func:`tune` runs a plan, appending every trial to the records file
+as it is measured (a Ctrl-C keeps them), and a second run on the same file tunes only what the plan
 still lacks (a task's trials already in the file count, and are not measured again). A task's
 first trial is TVM's own untuned choice (its fallback configuration), so the records never make a
 kernel slower than TVM builds it without them.
@@ -41,6 +43,9 @@ log = logging.getLogger(__name__)
 #: no task planned gets fewer trials than this (below it random search is a lottery); a budget
 #: too small for every task at this floor leaves the last tasks untuned
 MIN_TRIALS = 8
+#: trials a task only some of the compared programs run gets before the pass decides between them
+#: (:func:`plan_decision`): TVM's fallback and the first three of :mod:`.config_order`'s order
+DECIDE_TRIALS = 4
 #: how AutoTVM times a trial: each timing at least this long, the median of ``repeat``
 TRIAL_MIN_REPEAT_MS = 50
 TRIAL_REPEAT = 3
@@ -109,29 +114,36 @@ def _quiet_extraction(extract):
         threading.excepthook = before
 
 
-def plan_trials(tasks: Sequence[Task], budget: int, programs: int) -> list[Task]:
-    """``tasks`` in the order they are tuned, each with its ``trials``: those not run by all
-    ``programs`` first (the decision between the programs rests on them), then the rest. Within each,
-    the programs take turns (every program's largest task by floating-point work, then every
-    program's second, ...), so a budget too small for all of them tunes each program alike and the
-    comparison stays fair. Each task gets the budget's share of its work, at least
-    :data:`MIN_TRIALS` (less when the budget cannot give that much to every unshared task), at most its configuration space; what is left once the budget is spent
-    gets none."""
-    def shared(t: Task) -> bool:
-        return len(t.programs) >= programs
+def _shared(t: Task, programs: int) -> bool:
+    return len(t.programs) >= programs
 
+
+def _in_turn(tasks: Sequence[Task], programs: int) -> list[Task]:
+    """``tasks`` in the order they are tuned: those not run by all ``programs`` first (the decision
+    between the programs rests on them), then the rest; within each, the programs take turns (every
+    program's largest task by floating-point work, then every program's second, ...), so a budget too
+    small for all of them tunes each program alike and the comparison stays fair."""
     rank: dict[tuple, int] = {}  # a task's place among its program's tasks of its kind (shared or not)
     for name in sorted({p for t in tasks for p in t.programs}):
         for kind in (False, True):
-            own = sorted((t for t in tasks if name in t.programs and shared(t) == kind),
+            own = sorted((t for t in tasks if name in t.programs and _shared(t, programs) == kind),
                          key=lambda t: (-t.flop, t.key))
             for i, t in enumerate(own):
                 rank[t.key] = min(rank.get(t.key, i), i)
-    ordered = sorted(tasks, key=lambda t: (shared(t), rank[t.key], -t.flop, t.key))
+    return sorted(tasks, key=lambda t: (_shared(t, programs), rank[t.key], -t.flop, t.key))
+
+
+def plan_trials(tasks: Sequence[Task], budget: int, programs: int) -> list[Task]:
+    """``tasks`` in the order they are tuned (:func:`_in_turn`), each with its ``trials``: each task
+    gets the budget's share of its work, at least :data:`MIN_TRIALS` (less when the budget cannot
+    give that much to every unshared task), at most its configuration space; what is left once the
+    budget is spent gets none. A task's trials already in the log count towards its share
+    (:func:`tune`)."""
+    ordered = _in_turn(tasks, programs)
     work = sum(max(t.flop, 1.0) for t in ordered)
     # the floor, lowered when the budget cannot give it to every task the programs do not share
     # (each of them gets some trials then: the comparison is between them)
-    unshared = sum(1 for t in ordered if not shared(t)) or len(ordered) or 1
+    unshared = sum(1 for t in ordered if not _shared(t, programs)) or len(ordered) or 1
     floor = max(1, min(MIN_TRIALS, budget // unshared))
     left = budget
     for t in ordered:
@@ -140,6 +152,38 @@ def plan_trials(tasks: Sequence[Task], budget: int, programs: int) -> list[Task]
         t.trials = min(want, left)
         left -= t.trials
     return ordered
+
+
+def plan_decision(tasks: Sequence[Task], budget: int, programs: int) -> list[Task]:
+    """The first of tuning's two rounds: the trials the decision between ``programs`` needs. Only the
+    tasks not every program runs get any (a shared kernel tuned changes every program alike),
+    :data:`DECIDE_TRIALS` each (TVM's fallback and the order's first tiles, where most of what the
+    order gains is found), fewer when that would take more than half the ``budget`` (never under one:
+    the fallback), in :func:`_in_turn`'s order until the half is spent. The rest of the budget goes
+    to the program the decision ships (:func:`plan_shipped`)."""
+    ordered = _in_turn(tasks, programs)
+    unshared = [t for t in ordered if not _shared(t, programs)]
+    half = budget // 2
+    each = max(1, min(DECIDE_TRIALS, half // max(1, len(unshared))))
+    left = max(half, min(budget, len(unshared)))  # at least the fallbacks, within the budget
+    for t in ordered:
+        t.trials = 0
+    for t in unshared:
+        t.trials = min(each, len(t.task.config_space), left)
+        left -= t.trials
+    return ordered
+
+
+def plan_shipped(shipped: Sequence[Task], compared: Sequence[Task], budget: int, path: str) -> list[Task]:
+    """The second round: ``budget`` less the trials the log ``path`` holds for the tasks of the
+    programs ``compared`` that the shipped program does not run (spent on the decision), planned over
+    ``shipped``'s tasks as tuning that program alone would plan it (:func:`plan_trials`); its trials
+    from the first round count towards each task's share. A program the decision kept (the input)
+    gets, but for those trials, what tuning it alone gets."""
+    own = {t.key for t in shipped}
+    done = records_per_task(path)
+    elsewhere = sum(len(done.get(t.key, ())) for t in compared if t.key not in own)
+    return plan_trials(shipped, max(0, budget - elsewhere), 1)
 
 
 def records_per_task(path: str) -> dict[tuple, list[int]]:

@@ -53,10 +53,12 @@ one ending inside open brackets, continues the previous clause):
     value, ``?a.key VALUE`` one attribute of a whole-attribute variable.
     A rule may have several examples; every shipped rule needs one. A rule
     without one is verified on instances drawn from its own patterns.
-``avoid cpu`` / ``avoid gpu`` / ``avoid avx512``
+``avoid cpu`` / ``avoid gpu`` / ``avoid avx512`` / ``avoid tuned``
     The rule is not used when optimizing for that kind of device (the
     target's kind: ``llvm``/``c`` are cpu; ``cuda``, ``rocm``, ``vulkan``...
-    gpu; avx512 a cpu target whose TVM code uses AVX-512): for rewrites
+    gpu; avx512 a cpu target whose TVM code uses AVX-512), or, for ``tuned``,
+    when the kernels are built under tuning records (the pass's
+    ``tuning_records`` or ``tune_trials``): for rewrites
     measured to lose there, or that cannot gain there (the evidence goes in a
     comment beside the clause). The report names the rules left out.
 ``approx``

@@ -145,8 +145,9 @@ def _build_rule(name: str, clauses: list, where: str) -> Rule:
 
 
 #: the device kinds an ``avoid`` clause names: ``avx512`` is a CPU whose TVM code uses AVX-512
-#: (16 fp32 lanes, 32 vector registers; ``relay_eqsat.cost.simd.simd_lanes``)
-DEVICE_KINDS = ("cpu", "gpu", "avx512")
+#: (16 fp32 lanes, 32 vector registers; ``relay_eqsat.cost.simd.simd_lanes``); ``tuned``: kernels
+#: built under tuning records (their register tiles chosen by tuning, not TVM's fallback)
+DEVICE_KINDS = ("cpu", "gpu", "avx512", "tuned")
 _GPU_TARGET_KINDS = ("cuda", "rocm", "vulkan", "opencl", "metal", "nvptx", "webgpu")
 
 
@@ -162,11 +163,13 @@ def device_kind(target) -> str | None:
     return None
 
 
-def rules_for_target(rules: Iterable[Rule], target, fast_math: bool = True) -> tuple[list[Rule], list[str]]:
+def rules_for_target(rules: Iterable[Rule], target, fast_math: bool = True,
+                     tuned: bool = False) -> tuple[list[Rule], list[str]]:
     """(the rules usable for ``target``, the names of those left out: the ones its device kind
-    avoids, and without ``fast_math`` the approximate ones)."""
+    avoids, with ``tuned`` (kernels built under tuning records) the ones ``tuned`` avoids, and
+    without ``fast_math`` the approximate ones)."""
     device = device_kind(target) if target is not None else "cpu"  # None: the host CPU
-    kinds = {device}
+    kinds = {device} | ({"tuned"} if tuned else set())
     if device == "cpu" and target is not None:
         from relay_eqsat.cost.simd import simd_lanes  # no TVM: the target string's -mcpu/-mattr
 
