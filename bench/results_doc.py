@@ -167,7 +167,8 @@ def _tuning_of(rec: Mapping) -> dict:
     t = rec.get("tuning") or {}
     tasks = t.get("tasks") or []
     return {"trials": t.get("measured"), "seconds": t.get("seconds"), "tasks": len(tasks),
-            "tasks_tuned": sum(1 for k in tasks if k.get("planned")), "programs": t.get("programs")}
+            "tasks_tuned": sum(1 for k in tasks if k.get("planned")), "programs": t.get("programs"),
+            "deciding": t.get("decision_trials")}
 
 
 def _tuning_row(row: Mapping) -> dict | None:
@@ -533,7 +534,9 @@ def tuning_block(s: Mapping) -> str:
         cells = []
         for key in ("tuning_alone", "tuning_pass"):
             t = r.get(key) or {}
-            cells.append(f"{t.get('trials')}, {t.get('tasks_tuned')}/{t.get('tasks')}, {seconds(t.get('seconds'))}")
+            deciding = f" ({t['deciding']} deciding)" if t.get("deciding") is not None else ""
+            cells.append(f"{t.get('trials')}{deciding}, {t.get('tasks_tuned')}/{t.get('tasks')}, "
+                         f"{seconds(t.get('seconds'))}")
         vs_ort = f"{r['pass_tuned_ms'] / r['ort_ms']:.2f}" if r.get("ort_ms") else "–"
         program = (f"changed: {rules_text(r['rules_in_result'])}" if r.get("pass_changed") and r.get("rules_in_result")
                    else "changed" if r.get("pass_changed") else "input kept")
@@ -632,8 +635,10 @@ SECTIONS = {
     "tuning": ("Tuned: TVM's AutoTVM alone against the pass tuning its choices",
                "`bench/real_models.py --tune-trials B`: each model at opt_level 3 untuned; *TVM tuned*: "
                "opt_level 3 under B AutoTVM trials spent on the input's tasks; *pass + tuning*: "
-               "`EqSatPass(tune_trials=B)`, the same B spent on the input's and the candidates' tasks (those "
-               "they do not share first), optimized under its log and built under it; paired rounds; "
+               "`EqSatPass(tune_trials=B)`, the same B in two rounds: a few trials on each task the input and "
+               "the candidates do not share (at most half of B; *deciding*), the pass deciding under them, the "
+               "rest on the tasks of the program it chose; optimized under its log and built under it; paired "
+               "rounds; "
                "onnxruntime on the same inputs at the same thread count. What it means: "
                "[design notes](design-notes.md#tuning).",
                tuning_block),

@@ -13,7 +13,8 @@ sys.path.insert(0, str(BENCH))
 
 bench = pytest.importorskip("simplify_copies")
 
-pytestmark = pytest.mark.tvm
+#: NasNet-A built and timed twice: over a minute here, run by `make bench` (-m slow)
+pytestmark = [pytest.mark.tvm, pytest.mark.slow]
 
 
 def test_bench_counts_copies_kernels_and_checks_outputs(tmp_path):

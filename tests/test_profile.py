@@ -54,7 +54,7 @@ def test_profile_after_the_pass(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(profile_mod, "make_pass", lambda target, records=None: EqSatPass(
         target=target, check_runtime="off", calibrate="off", min_gain=0.0))
     out = tmp_path / "p.json"
-    status = main(["profile", "zoo:nasnet_a", "--small", *QUICK, "--top", "3", "--json", str(out), "--eqsat"])
+    status = main(["profile", "zoo:squeezenet", "--small", *QUICK, "--top", "3", "--json", str(out), "--eqsat"])
     text = capsys.readouterr().out
     assert status == 0, text
     result = json.loads(out.read_text())

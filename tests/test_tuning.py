@@ -65,14 +65,21 @@ def test_the_decision_gets_a_few_trials_on_each_kernel_that_differs_and_at_most_
 
 
 def test_the_shipped_program_gets_the_budget_but_what_deciding_spent_on_kernels_it_does_not_run(monkeypatch):
-    compared = [task("shared", 1e9, {"a", "b"}), task("a-own", 1e9, {"a"}), task("b-own", 1e9, {"b"})]
-    shipped = [task("shared", 1e9, {"a"}), task("a-own", 1e9, {"a"})]
-    in_log = {t.key: list(range(n)) for t, n in zip(compared, (0, 4, 3))}
+    compared = [task("shared", 1e9, {"a", "b"}), task("a-big", 1e9, {"a"}), task("a-small", 1e6, {"a"}),
+                task("b-own", 1e9, {"b"})]
+    shipped = [task("shared", 1e9, {"a"}), task("a-big", 1e9, {"a"}), task("a-small", 1e6, {"a"})]
+    in_log = {t.key: list(range(n)) for t, n in zip(compared, (0, 4, 4, 3))}
     monkeypatch.setattr(tuning, "records_per_task", lambda path: in_log)
+    alone = tuning.plan_trials([task("shared", 1e9, {"a"}), task("a-big", 1e9, {"a"}), task("a-small", 1e6, {"a"})],
+                               40, 1)
+    assert [(t.task.name, t.trials) for t in alone] == [("a-big", 20), ("shared", 20), ("a-small", 0)]
     plan = tuning.plan_shipped(shipped, compared, 40, "log")
-    assert [(t.task.name, t.trials) for t in plan] == [("a-own", 19), ("shared", 18)]  # 40 - b-own's 3
-    alone = tuning.plan_trials([task("shared", 1e9, {"a"}), task("a-own", 1e9, {"a"})], 37, 1)
-    assert [t.trials for t in plan] == [t.trials for t in alone]  # as tuning that program alone plans it
+    # tuning it alone's plan; b-own's 3 trials and the 4 a-small has (the plan gave it none) come off the end
+    assert [(t.task.name, t.trials) for t in plan] == [("a-big", 20), ("shared", 13), ("a-small", 4)]
+    assert sum(t.trials for t in plan) + 3 == 40  # the log: never more than the budget
+    in_log[compared[1].key] = list(range(30))  # a task measured past its plan keeps its trials
+    plan = tuning.plan_shipped(shipped, compared, 40, "log")
+    assert [(t.task.name, t.trials) for t in plan] == [("a-big", 30), ("shared", 3), ("a-small", 4)]
 
 
 def test_trials_are_timed_here_appended_as_measured_and_a_second_run_goes_on_where_the_first_stopped(tmp_path):

@@ -175,15 +175,26 @@ def plan_decision(tasks: Sequence[Task], budget: int, programs: int) -> list[Tas
 
 
 def plan_shipped(shipped: Sequence[Task], compared: Sequence[Task], budget: int, path: str) -> list[Task]:
-    """The second round: ``budget`` less the trials the log ``path`` holds for the tasks of the
-    programs ``compared`` that the shipped program does not run (spent on the decision), planned over
-    ``shipped``'s tasks as tuning that program alone would plan it (:func:`plan_trials`); its trials
-    from the first round count towards each task's share. A program the decision kept (the input)
-    gets, but for those trials, what tuning it alone gets."""
+    """The second round: the plan tuning the shipped program alone with ``budget`` gets
+    (:func:`plan_trials`), less the trials the log ``path`` holds for the tasks of the programs
+    ``compared`` that the shipped program does not run (spent on the decision), taken from the plan's
+    last tasks (its smallest). A task's trials in the log count as planned ones, whatever the plan
+    gave it: the whole log never holds more than ``budget`` trials of these programs. A program the
+    decision kept (the input) is tuned as tuning it alone tunes it, but for its smallest tasks."""
     own = {t.key for t in shipped}
     done = records_per_task(path)
-    elsewhere = sum(len(done.get(t.key, ())) for t in compared if t.key not in own)
-    return plan_trials(shipped, max(0, budget - elsewhere), 1)
+    have = {t.key: len(done.get(t.key, ())) for t in shipped}
+    cut = sum(len(done.get(t.key, ())) for t in compared if t.key not in own)
+    plan = plan_trials(shipped, budget, 1)
+    for t in plan:  # measured trials are spent: a task the plan gives fewer keeps them
+        if have[t.key] > t.trials:
+            cut += have[t.key] - t.trials
+            t.trials = have[t.key]
+    for t in reversed(plan):
+        take = min(cut, t.trials - have[t.key])
+        t.trials -= take
+        cut -= take
+    return plan
 
 
 def records_per_task(path: str) -> dict[tuple, list[int]]:
