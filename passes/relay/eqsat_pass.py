@@ -78,7 +78,7 @@ def optimize(graph: TensorGraph, options: Mapping[str, Any]) -> tuple[TensorGrap
                                        runtime_decides=bool(options.get("runtime_decides")),
                                        calibrate_after_check=bool(options.get("calibrate_after_check")),
                                        while_measuring=options.get("while_measuring"),
-                                       tuned=bool(options.get("tuning_records")) or None)
+                                       tuned=bool(options.get("tuning_records")))
     return new_graph, dict(report.to_dict(), alternatives=report.alternatives, recalibrate=report.recalibrate)
 
 
