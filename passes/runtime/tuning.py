@@ -5,8 +5,8 @@ A kernel's tuned time can reverse the pass's decision (a split that pays for an 
 may lose to the whole kernel tuned), so the tasks the decision rests on are tuned: those of the
 input and of each candidate the pass would compare. :func:`program_tasks` extracts each
 program's AutoTVM tasks; the budget is spent in two rounds. :func:`plan_decision` gives the tasks
-one program runs and another does not (where the decision is open) a few trials each, at most half
-the budget; the pass decides under them; :func:`plan_shipped` spends the rest on the tasks of the
+one program runs and another does not (where the decision is open) a few trials each (none where
+the program would ship it untuned), at most half the budget; the pass decides under them; :func:`plan_shipped` spends the rest on the tasks of the
 program it ships, planned as tuning that program alone plans it (each task's share of the trials by
 its floating-point work, :func:`plan_trials`), so a kept input loses only the first round's trials
 on the candidates' own kernels. :func:`tune` runs a plan, appending every trial to the records file
@@ -156,20 +156,28 @@ def plan_trials(tasks: Sequence[Task], budget: int, programs: int) -> list[Task]
 
 def plan_decision(tasks: Sequence[Task], budget: int, programs: int) -> list[Task]:
     """The first of tuning's two rounds: the trials the decision between ``programs`` needs. Only the
-    tasks not every program runs get any (a shared kernel tuned changes every program alike),
-    :data:`DECIDE_TRIALS` each (TVM's fallback and the order's first tiles, where most of what the
-    order gains is found), fewer when that would take more than half the ``budget`` (never under one:
-    the fallback), in :func:`_in_turn`'s order until the half is spent. The rest of the budget goes
-    to the program the decision ships (:func:`plan_shipped`)."""
+    tasks not every program runs get any (a shared kernel tuned changes every program alike), and
+    each no more than tuning one of its programs alone would give it (:func:`plan_trials` with the
+    whole ``budget``), at most :data:`DECIDE_TRIALS` (TVM's fallback and the order's first tiles,
+    where most of what the order gains is found): a kernel its program would ship at its fallback
+    (a small one the budget does not reach) is compared at its fallback, so a program the decision
+    keeps loses only the trials spent on the kernels of the programs it does not ship. Fewer when
+    that would take more than half the ``budget``, in :func:`_in_turn`'s order until the half is
+    spent. The rest of the budget goes to the program the decision ships (:func:`plan_shipped`)."""
     ordered = _in_turn(tasks, programs)
-    unshared = [t for t in ordered if not _shared(t, programs)]
+    alone: dict[tuple, int] = {}  # a task's trials in the plan of tuning one of its programs alone
+    for name in sorted({p for t in ordered for p in t.programs}):
+        own = [dataclasses.replace(t) for t in ordered if name in t.programs]
+        for t in plan_trials(own, budget, 1):
+            alone[t.key] = max(alone.get(t.key, 0), t.trials)
+    unshared = [t for t in ordered if not _shared(t, programs) and alone[t.key]]
     half = budget // 2
     each = max(1, min(DECIDE_TRIALS, half // max(1, len(unshared))))
     left = max(half, min(budget, len(unshared)))  # at least the fallbacks, within the budget
     for t in ordered:
         t.trials = 0
     for t in unshared:
-        t.trials = min(each, len(t.task.config_space), left)
+        t.trials = min(each, alone[t.key], len(t.task.config_space), left)
         left -= t.trials
     return ordered
 
