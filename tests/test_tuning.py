@@ -167,7 +167,8 @@ def test_tune_then_tvmc_compile_with_its_log_builds_the_tuned_program_without_tu
     fixed = ["--cost", "analytic", "--check-runtime", "off"]
     assert cli_main(["tune", str(model), "--tune-trials", "6", "--tuning-records", str(log), *fixed,
                      "--save-module", str(saved), "--no-progress"]) == 0
-    assert "tuning:            6 AutoTVM trials measured" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "tuning:            6 AutoTVM trials measured" in printed
     trials = list(autotvm.record.load_from_file(str(log)))
     assert len(trials) == 6 and sum(r.error_no == 0 for _, r in trials) >= 4
     # the input's convolutions (16 channels out) and the merged candidate's (32) both tuned to decide
@@ -182,6 +183,7 @@ def test_tune_then_tvmc_compile_with_its_log_builds_the_tuned_program_without_tu
     with open(saved) as f:  # the same decision: the tuned program is the input's convolutions or a merged one
         merged = call_ops(tvm.ir.load_json(f.read()))["nn.conv2d"] == 1
     assert again["changed"] == merged and bool(again.get("rules_in_result")) == merged
+    assert f"{'the result' if merged else 'the input'} shipped" in printed  # what the saved module is
     assert "tuning" not in again and len(list(autotvm.record.load_from_file(str(log)))) == 6
     inputs = random_inputs(shapes)
     assert_same(run_package(compile_reference(model, tmp_path), inputs), run_package(out, inputs))

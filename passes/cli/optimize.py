@@ -234,6 +234,7 @@ def format_table(result: dict) -> str:
                      f"{', '.join(tuned['programs'])}"
                      + (f" ({tuned['decision_trials']} deciding between them, the rest on {tuned['decided']}'s)"
                         if len(tuned['programs']) > 1 and "decided" in tuned else "")
+                     + (f", {tuned['shipped']} shipped" if "shipped" in tuned else "")
                      + f"; log {tuned['log']} (tvmc compile --tuning-records "
                      f"{tuned['log']} --eqsat builds this program without tuning again)")
     if result.get("not_measured"):
