@@ -532,9 +532,10 @@ def notes(rows: Sequence[Mapping]) -> list[str]:
                 t = rec["tuning"]
                 lines.append(f"{where}: {t['measured']} AutoTVM trials (fallback first, then config_order's order or random) in {t['seconds']:.0f} s, "
                              f"budget {t['budget']}, {sum(1 for k in t['tasks'] if k['planned'])} of "
-                             f"{len(t['tasks'])} tasks of {', '.join(t['programs'])} ({t.get('decision_trials', 0)} deciding; "
-                             f"round two on {t.get('decided', 'the input')}'s, {t.get('shipped', '?')} shipped); "
-                             f"log {rec.get('tuning_log')}")
+                             f"{len(t['tasks'])} tasks of {', '.join(t['programs'])}"
+                             + (f" ({t.get('decision_trials', 0)} deciding; round two on {t['decided']}'s, "
+                                f"{t.get('shipped', t['decided'])} shipped)" if "decided" in t else "")
+                             + f"; log {rec.get('tuning_log')}")
             if "ratio_vs_opt3_tuned" in rec:
                 lines.append(f"{where}: against {TVM_TUNED} (tuning alone, same budget): median ratio "
                              f"{rec['ratio_vs_opt3_tuned']:.3f}, faster in {rec['wins_vs_opt3_tuned']}/{rec['rounds']} rounds")
