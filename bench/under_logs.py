@@ -8,10 +8,16 @@ from typing import Mapping, Sequence
 
 def paired_under_logs(mod, inputs: Mapping, logs: Sequence, names: Sequence[str], rounds: int) -> dict:
     """``mod`` built at opt_level 3 untuned and under each of ``logs`` (``names``: the untuned build's
-    name, then each log's), run on ``inputs`` and timed in ``rounds`` interleaved rounds: ``ms`` (each
-    build's median), ``max_error`` (the largest output difference from the untuned build's, relative
-    to its max|out|) and ``ratios`` (for each later build over each earlier one, ``"<b>/<a>"``: the
-    median per-round ratio and the rounds the later one won)."""
+    name, then each log's): :func:`paired_builds` of those builds."""
+    return paired_builds([(mod, None), *((mod, log) for log in logs)], inputs, names, rounds)
+
+
+def paired_builds(builds: Sequence, inputs: Mapping, names: Sequence[str], rounds: int) -> dict:
+    """Each ``(module, log or None)`` of ``builds`` built at opt_level 3 (under its AutoTVM log, if
+    any), run on ``inputs`` and timed in ``rounds`` interleaved rounds: ``ms`` (each build's
+    median), ``max_error`` (the largest output difference from the first build's, relative to its
+    max|out|) and ``ratios`` (for each later build over each earlier one, ``"<b>/<a>"``: the median
+    per-round ratio and the rounds the later one won)."""
     import numpy as np
     import tvm
 
@@ -21,7 +27,8 @@ def paired_under_logs(mod, inputs: Mapping, logs: Sequence, names: Sequence[str]
     from relay_eqsat.passes.runtime.timing import paired_ratio, time_rounds
 
     target = host_target()
-    libs = [build(mod, target=target)] + [build(mod, target=target, records=load_records(str(log))) for log in logs]
+    libs = [build(m, target=target, records=load_records(str(log)) if log is not None else None)
+            for m, log in builds]
     mods = []
     for lib in libs:
         m = executor(lib, tvm.cpu(0))
