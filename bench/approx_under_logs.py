@@ -39,9 +39,10 @@ def approximated(graph, ops):
     """``graph`` with every node of an op in ``ops`` computing its approximation instead (same
     operands, attributes and type), and how many were replaced."""
     out = graph.compact()
+    replaced = sum(1 for n in out.nodes if n.op in ops)
     out.nodes = [dataclasses.replace(n, op=APPROX[n.op]) if n.op in ops else n for n in out.nodes]
-    out._hashcons = {}
-    return out, sum(1 for n in graph.compact().nodes if n.op in ops)
+    out._hashcons = {}  # its keys name the exact ops: a node added later must not be shared with them
+    return out, replaced
 
 
 def main(argv=None) -> int:

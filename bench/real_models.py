@@ -534,7 +534,8 @@ def notes(rows: Sequence[Mapping]) -> list[str]:
                              f"budget {t['budget']}, {sum(1 for k in t['tasks'] if k['planned'])} of "
                              f"{len(t['tasks'])} tasks of {', '.join(t['programs'])}"
                              + (f" ({t.get('decision_trials', 0)} deciding; round two on {t['decided']}'s, "
-                                f"{t.get('shipped', t['decided'])} shipped)" if "decided" in t else "")
+                                f"{'the result' if rec.get('report_changed') else 'the input'} shipped)"
+                                if "decided" in t else "")
                              + f"; log {rec.get('tuning_log')}")
             if "ratio_vs_opt3_tuned" in rec:
                 lines.append(f"{where}: against {TVM_TUNED} (tuning alone, same budget): median ratio "

@@ -168,7 +168,7 @@ def _tuning_of(rec: Mapping) -> dict:
     tasks = t.get("tasks") or []
     return {"trials": t.get("measured"), "seconds": t.get("seconds"), "tasks": len(tasks),
             "tasks_tuned": sum(1 for k in tasks if k.get("planned")), "programs": t.get("programs"),
-            "deciding": t.get("decision_trials"), "decided": t.get("decided"), "shipped": t.get("shipped")}
+            "deciding": t.get("decision_trials")}
 
 
 def _tuning_row(row: Mapping) -> dict | None:

@@ -234,7 +234,9 @@ def format_table(result: dict) -> str:
                      f"{', '.join(tuned['programs'])}"
                      + (f" ({tuned['decision_trials']} deciding between them, the rest on {tuned['decided']}'s)"
                         if len(tuned['programs']) > 1 and "decided" in tuned else "")
-                     + (f", {tuned['shipped']} shipped" if "shipped" in tuned else "")
+                     # decided again under the whole log: not always the program round two tuned
+                     + (f", {'the result' if rep.get('changed') else 'the input'} shipped"
+                        if "decided" in tuned else "")
                      + f"; log {tuned['log']} (tvmc compile --tuning-records "
                      f"{tuned['log']} --eqsat builds this program without tuning again)")
     if result.get("not_measured"):

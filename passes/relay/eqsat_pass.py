@@ -284,8 +284,6 @@ class EqSatPass:
         with contextlib.ExitStack() as stack:  # the builds in child processes stop when the pass ends
             out = self._transform(mod, opts, remote, device, records, stack)
         if tuned is not None and self.last_report is not None:
-            # decided under the whole log: not always the program round two tuned ("decided")
-            tuned["shipped"] = "the result" if self.last_report.get("changed") else "the input"
             self.last_report["tuning"] = tuned
         return out
 
