@@ -984,6 +984,23 @@ def test_shipped_tables_are_keyed_by_their_target():
     assert shipped_table("llvm -mcpu=nothing-shipped", "tvm-llvm") == {}
 
 
+@pytest.mark.parametrize("cpu", ["znver1", "znver3", "znver4", "sapphirerapids"])
+def test_shipped_cpu_models_price_an_exact_activation_fused_above_its_approximation(cpu, tmp_path):
+    """Each shipped CPU model has an epilogue fit from measured fused groups, so a fused libm
+    ``sigmoid`` / ``erf`` costs more than TVM's vectorized approximation fused in its place (Zen 3's
+    model had none until 2026-12-06 and priced them the other way round: under tuning records
+    EfficientNet-B0's 65 SiLUs stayed exact, 0.699 of the time approximated)."""
+    target = f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}"
+    cm = CostModel("auto", target, "tvm-llvm", cache=CostCache(tmp_path / "empty.sqlite"))
+    assert cm.learned is not None and cm.learned.meta.get("shipped")
+    fit = cm.learned.meta.get("epilogue") or {}
+    assert fit.get("sigmoid", 0) > 1e-9 and fit.get("erf", 0) > 1e-9  # ns a value: libm's expf/erff
+    for exact, fast, shape in (("sigmoid", "fast_sigmoid", (1, 96, 112, 112)), ("erf", "fast_erf", (1, 128, 3072))):
+        t = TensorType(shape, "float32")
+        cost = {op: cm.op_cost(op, Attrs(), [t], t) for op in (exact, fast)}
+        assert cost[exact] > 1.5 * cost[fast] > 0, (cpu, cost)
+
+
 def test_ship_writes_model_and_measurements_for_the_target(tmp_path, monkeypatch):
     """--ship saves the model and the target's measurements as the package's
     data for that target, and a CostModel on that target then uses both."""
