@@ -17,7 +17,6 @@ Nothing else may run while this times.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -38,11 +37,8 @@ RTOL = 1e-4
 def approximated(graph, ops):
     """``graph`` with every node of an op in ``ops`` computing its approximation instead (same
     operands, attributes and type), and how many were replaced."""
-    out = graph.compact()
-    replaced = sum(1 for n in out.nodes if n.op in ops)
-    out.nodes = [dataclasses.replace(n, op=APPROX[n.op]) if n.op in ops else n for n in out.nodes]
-    out._hashcons = {}  # its keys name the exact ops: a node added later must not be shared with them
-    return out, replaced
+    replaced = sum(1 for i in graph.reachable() if graph[i].op in ops)
+    return graph.compact(rename={op: APPROX[op] for op in ops}), replaced
 
 
 def main(argv=None) -> int:

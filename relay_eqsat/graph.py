@@ -215,12 +215,16 @@ class TensorGraph:
         return out
 
     # -- transformation -----------------------------------------------------
-    def compact(self) -> "TensorGraph":
-        """A copy holding only the nodes the output needs, renumbered."""
+    def compact(self, rename: Mapping[str, str] | None = None) -> "TensorGraph":
+        """A copy holding only the nodes the output needs, renumbered; a node whose op is a key of
+        ``rename`` computes the op it maps to instead (same operands, attributes and type: an op
+        and its approximation, say)."""
         g = TensorGraph()
         remap: dict[int, int] = {}
+        rename = rename or {}
         for i in self.reachable():
             n = self.nodes[i]
+            n = Node(rename[n.op], n.inputs, n.attrs, n.type) if n.op in rename else n
             attrs = n.attrs
             if n.op == "constant":
                 g.constants[attrs["name"]] = self.constants[attrs["name"]]

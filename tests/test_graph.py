@@ -185,6 +185,20 @@ def test_compact_drops_dead_nodes_and_renumbers():
     assert c.add("add", [2, 1]) == 3 and len(c) == 4
 
 
+def test_compact_renames_ops_and_hash_conses_the_new_names():
+    g = TensorGraph()
+    x = g.var("x", (4, 8))
+    s = g.add("sigmoid", [x])
+    g.set_output(g.add("tanh", [s]))
+    fast = g.compact(rename={"sigmoid": "fast_sigmoid"})
+    fast.validate()
+    assert [n.op for n in fast.nodes] == ["var", "fast_sigmoid", "tanh"]
+    assert fast[1].type == g[s].type and g[s].op == "sigmoid"  # the input graph is left as it was
+    inputs = {"x": np.linspace(-4, 4, 32, dtype="float32").reshape(4, 8)}
+    np.testing.assert_allclose(fast.evaluate(inputs), g.evaluate(inputs), rtol=1e-5, atol=1e-6)
+    assert fast.add("fast_sigmoid", [0]) == 1 and fast.add("sigmoid", [0]) == 3  # keyed by the new name
+
+
 def test_queries():
     g = small_graph()
     assert g.op_counts() == {"var": 1, "constant": 1, "split": 1, "tuple_get_item": 2, "nn.relu": 1,
