@@ -187,3 +187,52 @@ def test_tune_then_tvmc_compile_with_its_log_builds_the_tuned_program_without_tu
     assert "tuning" not in again and len(list(autotvm.record.load_from_file(str(log)))) == 6
     inputs = random_inputs(shapes)
     assert_same(run_package(compile_reference(model, tmp_path), inputs), run_package(out, inputs))
+
+
+def rival(name, flop, programs, args, space=1000):
+    t = task(name, flop, programs, space)
+    t.task.workload = (name, *args)
+    return t
+
+
+def test_one_ops_rival_implementations_share_one_task_s_trials_each_probed_first():
+    # x86 dense as dense_nopack and dense_pack: one kernel ships, so one share of the budget between them
+    tasks = [rival("dense_nopack.x86", 1e9, {"a"}, ("w",)), rival("dense_pack.x86", 1e9, {"a"}, ("w",)),
+             rival("conv", 1e9, {"a"}, ("c",))]
+    assert [[t.task.name for t in g] for g in tuning.rivals(tasks)] == [["dense_nopack.x86", "dense_pack.x86"]]
+    plan = tuning.plan_trials(tasks, 40, 1)
+    trials = {t.task.name: t.trials for t in plan}
+    # halves by work between the two ops (not thirds); the rivals' half: RIVAL_TRIALS each, the rest on one
+    assert trials["conv"] == 20
+    assert sorted([trials["dense_nopack.x86"], trials["dense_pack.x86"]]) == [tuning.RIVAL_TRIALS, 20 - tuning.RIVAL_TRIALS]
+    small = tuning.plan_trials(tasks, 6, 1)  # too few to probe both fully: the probes in turn
+    assert sorted(t.trials for t in small if t.task.name != "conv") == [1, 2]
+    tiny = tuning.plan_trials([rival("x", 1e9, {"a"}, ("w",), space=2), rival("y", 1e9, {"a"}, ("w",), space=3)], 40, 1)
+    assert [t.trials for t in tiny] == [2, 3]  # never past their configurations
+
+
+def test_rivals_are_tuned_together_the_rest_of_their_share_on_the_one_with_the_fastest_record(tmp_path):
+    tasks = tuning.program_tasks({"the input": dense_relu()}, host_target())
+    assert sorted(t.task.name for t in tasks) == ["dense_nopack.x86", "dense_pack.x86"]
+    plan = tuning.plan_trials(tasks, tuning.RIVAL_TRIALS * 2 + 3, 1)
+    log = tmp_path / "dense.log"
+    assert tuning.tune(plan, str(log), enabled=False) == tuning.RIVAL_TRIALS * 2 + 3
+    best = tuning.best_per_task(str(log))
+    records = [(tuning.task_key(i.task), i.config.index) for i, _ in autotvm.record.load_from_file(str(log))]
+    count = {t.key: sum(1 for k, _ in records if k == t.key) for t in tasks}
+    fast = min(tasks, key=lambda t: best[t.key])
+    slow = next(t for t in tasks if t is not fast)
+    # each probed with its first RIVAL_TRIALS (TVM's own choice first), the three left on the faster one
+    assert count == {fast.key: tuning.RIVAL_TRIALS + 3, slow.key: tuning.RIVAL_TRIALS}
+    assert len(records) == len(set(records))  # no configuration measured twice
+    assert [t.trials for t in plan if t is fast] == [tuning.RIVAL_TRIALS + 3]
+    first_slow = [r for r in records if r[0] == slow.key]
+    assert first_slow[0][1] == tuning.fallback_index(slow.task)
+    # the rest went to the one whose probes were faster: judged by the first RIVAL_TRIALS of each
+    timed = [(tuning.task_key(i.task), sum(r.costs) / len(r.costs)) for i, r in autotvm.record.load_from_file(str(log))]
+    probe_best = {t.key: min([c for k, c in timed if k == t.key][:tuning.RIVAL_TRIALS]) for t in tasks}
+    assert probe_best[fast.key] <= probe_best[slow.key]
+    # resumed with the same plan: nothing measured again, the split unchanged
+    again = tuning.plan_trials(tuning.program_tasks({"the input": dense_relu()}, host_target()),
+                               tuning.RIVAL_TRIALS * 2 + 3, 1)
+    assert tuning.tune(again, str(log), enabled=False) == 0

@@ -13,7 +13,9 @@ on the candidates' own kernels. :func:`tune` runs a plan, appending every trial 
 as it is measured (a Ctrl-C keeps them), and a second run on the same file tunes only what the plan
 still lacks (a task's trials already in the file count, and are not measured again). A task's
 first trial is TVM's own untuned choice (its fallback configuration), so the records never make a
-kernel slower than TVM builds it without them.
+kernel slower than TVM builds it without them. One op's rival implementations (x86's
+``dense_nopack`` and ``dense_pack`` of one workload, :func:`rivals`) share one task's trials: each
+gets its first few, the rest goes to the one whose record is fastest, the one TVM will build.
 
 The search after the fallback: x86 convolutions try their configurations in the order of
 :mod:`.config_order` (register tiles that fit first, several tile shapes within a few trials), then
@@ -46,6 +48,9 @@ MIN_TRIALS = 8
 #: trials a task only some of the compared programs run gets before the pass decides between them
 #: (:func:`plan_decision`): TVM's fallback and the first three of :mod:`.config_order`'s order
 DECIDE_TRIALS = 4
+#: trials each of one op's rival implementations (:func:`rivals`) gets before the rest of their
+#: share goes to the fastest of them: TVM's fallback and the first three of the order
+RIVAL_TRIALS = 4
 #: how AutoTVM times a trial: each timing at least this long, the median of ``repeat``
 TRIAL_MIN_REPEAT_MS = 50
 TRIAL_REPEAT = 3
@@ -137,21 +142,60 @@ def plan_trials(tasks: Sequence[Task], budget: int, programs: int) -> list[Task]
     """``tasks`` in the order they are tuned (:func:`_in_turn`), each with its ``trials``: each task
     gets the budget's share of its work, at least :data:`MIN_TRIALS` (less when the budget cannot
     give that much to every unshared task), at most its configuration space; what is left once the
-    budget is spent gets none. A task's trials already in the log count towards its share
+    budget is spent gets none. One op's rival implementations (:func:`rivals`) are one task here:
+    their share is split by :func:`_split_rivals`, and :func:`tune` gives what is left after each
+    one's first trials to the fastest. A task's trials already in the log count towards its share
     (:func:`tune`)."""
     ordered = _in_turn(tasks, programs)
-    work = sum(max(t.flop, 1.0) for t in ordered)
+    group = {id(t): g for g in rivals(ordered) for t in g}
+    units, seen = [], set()
+    for t in ordered:
+        g = group.get(id(t), [t])
+        if id(g[0]) not in seen:
+            seen.add(id(g[0]))
+            units.append(g)
+    work = sum(max(g[0].flop, 1.0) for g in units)
     # the floor, lowered when the budget cannot give it to every task the programs do not share
     # (each of them gets some trials then: the comparison is between them)
-    unshared = sum(1 for t in ordered if not _shared(t, programs)) or len(ordered) or 1
+    unshared = sum(1 for g in units if not _shared(g[0], programs)) or len(units) or 1
     floor = max(1, min(MIN_TRIALS, budget // unshared))
     left = budget
-    for t in ordered:
-        share = math.ceil(budget * max(t.flop, 1.0) / work)
-        want = min(max(share, floor), len(t.task.config_space))
-        t.trials = min(want, left)
-        left -= t.trials
+    for g in units:
+        share = math.ceil(budget * max(g[0].flop, 1.0) / work)
+        want = min(max(share, floor), sum(len(t.task.config_space) for t in g))
+        _split_rivals(g, min(want, left))
+        left -= sum(t.trials for t in g)
     return ordered
+
+
+def rivals(tasks: Sequence[Task]) -> list[list[Task]]:
+    """The groups of ``tasks`` that are one op's alternative implementations: the same workload under
+    different templates (x86's ``dense_nopack`` and ``dense_pack``). TVM builds the op with the one
+    whose record is fastest, so trials on the others are spent on a kernel that does not ship."""
+    by: dict[tuple, list[Task]] = {}
+    for t in tasks:
+        workload = tuple(t.task.workload)[1:]
+        if workload:
+            by.setdefault((repr(workload), str(getattr(t.task, "target", ""))), []).append(t)
+    return [g for g in by.values() if len({t.task.name for t in g}) > 1]
+
+
+def _split_rivals(group: Sequence[Task], trials: int) -> None:
+    """``trials`` over one op's rival implementations as planned: each its first
+    :data:`RIVAL_TRIALS` in turn, what is left on the first (:func:`tune` moves it to the fastest)."""
+    for t in group:
+        t.trials = 0
+    cap = [len(t.task.config_space) for t in group]
+    probe = [min(RIVAL_TRIALS, c) for c in cap] if len(group) > 1 else cap
+    while trials and any(t.trials < p for t, p in zip(group, probe)):
+        for t, p in zip(group, probe):
+            if trials and t.trials < p:
+                t.trials += 1
+                trials -= 1
+    for t, c in zip(group, cap):
+        take = min(trials, c - t.trials)
+        t.trials += take
+        trials -= take
 
 
 def plan_decision(tasks: Sequence[Task], budget: int, programs: int) -> list[Task]:
@@ -363,7 +407,10 @@ def _seeded(key: tuple):
 
 def tune(plan: Sequence[Task], path: str, enabled: bool | None = None) -> int:
     """Run ``plan`` (from :func:`plan_trials`), appending each trial to the AutoTVM log ``path``;
-    a task's trials already in the log count towards its plan and are not measured again.
+    a task's trials already in the log count towards its plan and are not measured again. One
+    op's rival implementations (:func:`rivals`) are tuned together: each its first
+    :data:`RIVAL_TRIALS` (as many as the plan gives it, if fewer), then the rest of what the plan
+    gives them all on the one with the fastest record, so the trials go to the kernel that ships.
     Returns the trials measured. A Ctrl-C (KeyboardInterrupt) stops it, the log keeping every
     trial measured."""
     from tvm import autotvm
@@ -373,18 +420,20 @@ def tune(plan: Sequence[Task], path: str, enabled: bool | None = None) -> int:
         t.done, t.measured = len(done.get(t.key, ())), 0
     todo = sum(max(0, t.trials - t.done) for t in plan)
     option = measure_option()
+    group = {id(t): g for g in rivals(plan) for t in g}
     with progress.bar(todo, "tuning", unit="trial", enabled=enabled) as bar:
         def counted(tuner, inputs, results):
             bar.update(len(results))
 
-        for t in plan:
-            n = t.trials - t.done
+        def run(t: Task) -> None:
+            n = t.trials - t.done - t.measured
             if n <= 0:
-                continue
+                return
             tuner = _tuner(t.task, str(t.task.target))
-            tuner.visited.extend(done.get(t.key, ()))  # measured by an earlier run: not again
+            # measured by an earlier run (or, for a rival tuned again, by this one): not again
+            tuner.visited.extend(records_per_task(path).get(t.key, ()) if t.measured else done.get(t.key, ()))
             bar.set_postfix_str(t.task.name, refresh=False)
-            if not t.done:  # the first trial of a task: TVM's own choice
+            if not t.done and not t.measured:  # the first trial of a task: TVM's own choice
                 first = _measure_fallback(t.task, option, path)
                 tuner.visited.extend(first)
                 t.measured += len(first)
@@ -396,7 +445,45 @@ def tune(plan: Sequence[Task], path: str, enabled: bool | None = None) -> int:
                     tuner.tune(n_trial=n, measure_option=option,
                                callbacks=[autotvm.callback.log_to_file(path), counted])
             t.measured += bar.n - before
+
+        handled: set[int] = set()
+        for t in plan:
+            g = group.get(id(t))
+            if g is None:
+                run(t)
+                continue
+            if id(g[0]) in handled:
+                continue
+            handled.add(id(g[0]))
+            total = sum(r.trials for r in g)
+            for r in g:  # each one's first trials, then the rest on the fastest
+                r.trials = min(r.trials, max(RIVAL_TRIALS, r.done))
+                run(r)
+            rest = total - sum(r.trials for r in g)
+            best = best_per_task(path)
+            for r in sorted(g, key=lambda r: (best.get(r.key, math.inf), g.index(r))):
+                take = min(rest, len(r.task.config_space) - r.trials)
+                if take > 0:
+                    r.trials += take
+                    rest -= take
+                    run(r)
     return sum(t.measured for t in plan)
+
+
+def best_per_task(path: str) -> dict[tuple, float]:
+    """Each task's fastest error-free trial in the AutoTVM log ``path``, in seconds (its mean time)."""
+    from tvm import autotvm
+
+    from .records import has_records
+
+    out: dict[tuple, float] = {}
+    if not has_records(path):
+        return out
+    for inp, res in autotvm.record.load_from_file(path):
+        if res.error_no == 0 and res.costs:
+            key = task_key(inp.task)
+            out[key] = min(out.get(key, math.inf), sum(res.costs) / len(res.costs))
+    return out
 
 
 def check_tunable(records, target: str) -> None:
