@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import tvm
 from tvm import autotvm, relay
@@ -236,3 +237,24 @@ def test_rivals_are_tuned_together_the_rest_of_their_share_on_the_one_with_the_f
     again = tuning.plan_trials(tuning.program_tasks({"the input": dense_relu()}, host_target()),
                                tuning.RIVAL_TRIALS * 2 + 3, 1)
     assert tuning.tune(again, str(log), enabled=False) == 0
+
+
+def test_a_kernel_run_many_times_is_planned_by_its_work_in_the_whole_program():
+    # three products of one shape (a transformer's heads) and one larger product run once
+    rng = np.random.default_rng(0)
+    x = relay.var("x", shape=(16, 32))
+    heads = [relay.nn.dense(x, relay.const(rng.standard_normal((16, 32)).astype("float32"))) for _ in range(3)]
+    big = relay.nn.dense(x, relay.const(rng.standard_normal((40, 32)).astype("float32")))
+    out = relay.concatenate([*heads, big], axis=1)
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], out)))
+    tasks = tuning.program_tasks({"the input": mod}, host_target())
+    calls = {(t.task.name, t.task.args[1][1][0]): t.calls for t in tasks}
+    assert calls == {("dense_nopack.x86", 16): 3, ("dense_pack.x86", 16): 3,
+                     ("dense_nopack.x86", 40): 1, ("dense_pack.x86", 40): 1}
+    head = next(t for t in tasks if t.task.args[1][1][0] == 16)
+    assert head.work == head.flop * 3
+    # planned by work: the three heads (3 x 16 columns) before the one 40-column product
+    plan = tuning.plan_trials(tasks, 100, 1)
+    assert plan[0].task.args[1][1][0] == 16
+    assert sum(t.trials for t in plan if t.task.args[1][1][0] == 16) > sum(
+        t.trials for t in plan if t.task.args[1][1][0] == 40)

@@ -8,7 +8,8 @@ program's AutoTVM tasks; the budget is spent in two rounds. :func:`plan_decision
 one program runs and another does not (where the decision is open) a few trials each (none where
 the program would ship it untuned), at most half the budget; the pass decides under them; :func:`plan_shipped` spends the rest on the tasks of the
 program it ships, planned as tuning that program alone plans it (each task's share of the trials by
-its floating-point work, :func:`plan_trials`), so a kept input loses only the first round's trials
+its floating-point work in one run of the program, a kernel run 144 times counted 144 times,
+:func:`plan_trials`), so a kept input loses only the first round's trials
 on the candidates' own kernels. :func:`tune` runs a plan, appending every trial to the records file
 as it is measured (a Ctrl-C keeps them), and a second run on the same file tunes only what the plan
 still lacks (a task's trials already in the file count, and are not measured again). A task's
@@ -68,7 +69,8 @@ class Task:
 
     task: object           # autotvm.task.Task
     programs: set          # names of the programs that run it
-    flop: float
+    flop: float            # one run of the kernel
+    calls: int = 1         # the kernel's runs in one run of the program (the most of its programs)
     trials: int = 0        # planned, in all (the records file's count included)
     done: int = 0          # in the records file before this run
     measured: int = 0      # measured in this run
@@ -76,6 +78,11 @@ class Task:
     @property
     def key(self) -> tuple:
         return task_key(self.task)
+
+    @property
+    def work(self) -> float:
+        """The floating-point work of the kernel in one run of its program: what trials are planned by."""
+        return max(self.flop, 1.0) * self.calls
 
     def describe(self) -> str:
         return f"{self.task.name} {self.task.args}"
@@ -88,17 +95,48 @@ def task_key(task) -> tuple:
 
 def program_tasks(programs: Mapping[str, tvm.IRModule], target: str) -> list[Task]:
     """The AutoTVM tasks of ``programs`` (name -> module, weights bound), each once, with the
-    programs that run it."""
+    programs that run it and how often (:func:`_calls`)."""
     from tvm import autotvm
 
     found: dict[tuple, Task] = {}
     for name, mod in programs.items():
+        calls = _calls(mod)
         for t in _quiet_extraction(lambda: autotvm.task.extract_from_program(mod["main"], target=target, params={})):
             key = task_key(t)
             if key not in found:
                 found[key] = Task(t, set(), float(getattr(t, "flop", 0) or 0))
             found[key].programs.add(name)
+            found[key].calls = max(found[key].calls, _task_calls(t, calls))
     return list(found.values())
+
+
+def _calls(mod: tvm.IRModule) -> collections.Counter:
+    """How often ``mod``'s main function calls each operator on each list of argument shapes:
+    ``(op name without its namespace, (shape, ...))`` -> calls."""
+    from tvm import relay
+
+    typed = relay.transform.InferType()(mod)
+    counts: collections.Counter = collections.Counter()
+
+    def visit(e):
+        if isinstance(e, relay.Call) and isinstance(e.op, tvm.ir.Op):
+            shapes = tuple(tuple(int(d) for d in a.checked_type.shape) for a in e.args
+                           if isinstance(a.checked_type, relay.TensorType))
+            counts[(e.op.name.split(".")[-1], shapes)] += 1
+
+    relay.analysis.post_order_visit(typed["main"], visit)
+    return counts
+
+
+def _task_calls(task, calls: collections.Counter) -> int:
+    """How many of ``calls`` run ``task``'s kernel: those of the operator its template implements
+    (``dense`` for ``dense_pack.x86``, ``conv2d`` for ``depthwise_conv2d_NCHWc.x86``) on the
+    tensors of its workload. A transformer's per-head product runs once per head and layer: one
+    task, 144 kernels in BERT-base. At least 1."""
+    shapes = tuple(tuple(a[1]) for a in task.args if isinstance(a, (tuple, list)) and a and a[0] == "TENSOR")
+    template = task.name.split(".")[0]
+    n = sum(c for (op, s), c in calls.items() if s == shapes and op in template)
+    return max(1, n)
 
 
 def _quiet_extraction(extract):
@@ -132,10 +170,10 @@ def _in_turn(tasks: Sequence[Task], programs: int) -> list[Task]:
     for name in sorted({p for t in tasks for p in t.programs}):
         for kind in (False, True):
             own = sorted((t for t in tasks if name in t.programs and _shared(t, programs) == kind),
-                         key=lambda t: (-t.flop, t.key))
+                         key=lambda t: (-t.work, t.key))
             for i, t in enumerate(own):
                 rank[t.key] = min(rank.get(t.key, i), i)
-    return sorted(tasks, key=lambda t: (_shared(t, programs), rank[t.key], -t.flop, t.key))
+    return sorted(tasks, key=lambda t: (_shared(t, programs), rank[t.key], -t.work, t.key))
 
 
 def plan_trials(tasks: Sequence[Task], budget: int, programs: int) -> list[Task]:
@@ -154,14 +192,14 @@ def plan_trials(tasks: Sequence[Task], budget: int, programs: int) -> list[Task]
         if id(g[0]) not in seen:
             seen.add(id(g[0]))
             units.append(g)
-    work = sum(max(g[0].flop, 1.0) for g in units)
+    work = sum(g[0].work for g in units)
     # the floor, lowered when the budget cannot give it to every task the programs do not share
     # (each of them gets some trials then: the comparison is between them)
     unshared = sum(1 for g in units if not _shared(g[0], programs)) or len(units) or 1
     floor = max(1, min(MIN_TRIALS, budget // unshared))
     left = budget
     for g in units:
-        share = math.ceil(budget * max(g[0].flop, 1.0) / work)
+        share = math.ceil(budget * g[0].work / work)
         want = min(max(share, floor), sum(len(t.task.config_space) for t in g))
         _split_rivals(g, min(want, left))
         left -= sum(t.trials for t in g)
