@@ -258,3 +258,12 @@ def test_a_kernel_run_many_times_is_planned_by_its_work_in_the_whole_program():
     assert plan[0].task.args[1][1][0] == 16
     assert sum(t.trials for t in plan if t.task.args[1][1][0] == 16) > sum(
         t.trials for t in plan if t.task.args[1][1][0] == 40)
+
+
+def test_calls_are_counted_on_a_program_with_a_dynamic_dimension():
+    x = relay.var("x", shape=(relay.Any(), 32))
+    w = relay.const(np.zeros((16, 32), "float32"))
+    mod = tvm.IRModule.from_expr(relay.Function([x], relay.nn.relu(relay.nn.dense(x, w))))
+    calls = tuning._calls(mod)  # no error; the dynamic dimension counted by its name
+    dense = {shapes: n for (op, shapes), n in calls.items() if op == "dense"}
+    assert list(dense.values()) == [1] and next(iter(dense))[1] == (16, 32)

@@ -120,8 +120,8 @@ def _calls(mod: tvm.IRModule) -> collections.Counter:
 
     def visit(e):
         if isinstance(e, relay.Call) and isinstance(e.op, tvm.ir.Op):
-            shapes = tuple(tuple(int(d) for d in a.checked_type.shape) for a in e.args
-                           if isinstance(a.checked_type, relay.TensorType))
+            shapes = tuple(tuple(int(d) if isinstance(d, tvm.tir.IntImm) else str(d) for d in a.checked_type.shape)
+                           for a in e.args if isinstance(a.checked_type, relay.TensorType))  # a dynamic dim: its name
             counts[(e.op.name.split(".")[-1], shapes)] += 1
 
     relay.analysis.post_order_visit(typed["main"], visit)
