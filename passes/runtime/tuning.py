@@ -287,17 +287,30 @@ def plan_shipped(shipped: Sequence[Task], compared: Sequence[Task], budget: int,
     return plan
 
 
-def records_per_task(path: str) -> dict[tuple, list[int]]:
-    """The configuration indices each task has in the AutoTVM log ``path`` (none when it is missing)."""
+def _log(path: str):
+    """The AutoTVM log ``path``'s records as (MeasureInput, MeasureResult) pairs (none when it is missing)."""
     from tvm import autotvm
 
     from .records import has_records
 
+    return autotvm.record.load_from_file(path) if has_records(path) else ()
+
+
+def records_per_task(path: str) -> dict[tuple, list[int]]:
+    """The configuration indices each task has in the AutoTVM log ``path`` (none when it is missing)."""
     out: dict[tuple, list[int]] = {}
-    if not has_records(path):
-        return out
-    for inp, _ in autotvm.record.load_from_file(path):
+    for inp, _ in _log(path):
         out.setdefault(task_key(inp.task), []).append(inp.config.index)
+    return out
+
+
+def best_per_task(path: str) -> dict[tuple, float]:
+    """Each task's fastest error-free trial in the AutoTVM log ``path``, in seconds (its mean time)."""
+    out: dict[tuple, float] = {}
+    for inp, res in _log(path):
+        if res.error_no == 0 and res.costs:
+            key = task_key(inp.task)
+            out[key] = min(out.get(key, math.inf), sum(res.costs) / len(res.costs))
     return out
 
 
@@ -506,22 +519,6 @@ def tune(plan: Sequence[Task], path: str, enabled: bool | None = None) -> int:
                     rest -= take
                     run(r)
     return sum(t.measured for t in plan)
-
-
-def best_per_task(path: str) -> dict[tuple, float]:
-    """Each task's fastest error-free trial in the AutoTVM log ``path``, in seconds (its mean time)."""
-    from tvm import autotvm
-
-    from .records import has_records
-
-    out: dict[tuple, float] = {}
-    if not has_records(path):
-        return out
-    for inp, res in autotvm.record.load_from_file(path):
-        if res.error_no == 0 and res.costs:
-            key = task_key(inp.task)
-            out[key] = min(out.get(key, math.inf), sum(res.costs) / len(res.costs))
-    return out
 
 
 def check_tunable(records, target: str) -> None:
