@@ -537,6 +537,10 @@ def notes(rows: Sequence[Mapping]) -> list[str]:
                                 f"{'the result' if rec.get('report_changed') else 'the input'} shipped)"
                                 if "decided" in t else "")
                              + f"; log {rec.get('tuning_log')}")
+                if t.get("layouts"):
+                    from relay_eqsat.passes.runtime.layouts import layouts_in_words
+
+                    lines.append(f"{where}: convolutions' records chosen together: {layouts_in_words(t['layouts'])}")
             if "ratio_vs_opt3_tuned" in rec:
                 lines.append(f"{where}: against {TVM_TUNED} (tuning alone, same budget): median ratio "
                              f"{rec['ratio_vs_opt3_tuned']:.3f}, faster in {rec['wins_vs_opt3_tuned']}/{rec['rounds']} rounds")

@@ -169,7 +169,7 @@ def test_tune_then_tvmc_compile_with_its_log_builds_the_tuned_program_without_tu
     assert cli_main(["tune", str(model), "--tune-trials", "6", "--tuning-records", str(log), *fixed,
                      "--save-module", str(saved), "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert "tuning:            6 AutoTVM trials measured" in printed
+    assert "tuning:            6 AutoTVM trials measured" in printed and "records together:  " in printed
     trials = list(autotvm.record.load_from_file(str(log)))
     assert len(trials) == 6 and sum(r.error_no == 0 for _, r in trials) >= 4
     # the input's convolutions (16 channels out) and the merged candidate's (32) both tuned to decide

@@ -239,6 +239,10 @@ def format_table(result: dict) -> str:
                         if "decided" in tuned else "")
                      + f"; log {tuned['log']} (tvmc compile --tuning-records "
                      f"{tuned['log']} --eqsat builds this program without tuning again)")
+        if tuned.get("layouts"):
+            from relay_eqsat.passes.runtime.layouts import layouts_in_words
+
+            lines.append(f"records together:  {layouts_in_words(tuned['layouts'])}")
     if result.get("not_measured"):
         lines.append(f"measured:          no: {result['not_measured']}")
     if result.get("measured_on"):

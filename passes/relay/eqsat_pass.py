@@ -32,6 +32,7 @@ from relay_eqsat.cost.tracker import remote_from_options
 from relay_eqsat.passes.runtime.builder import Builder, unavailable
 from relay_eqsat.passes.runtime.decision import RUNTIME_SETTINGS, judge, runtime_check
 from relay_eqsat.passes.runtime.records import has_records, load_records, resolve as resolve_records
+from relay_eqsat.passes.runtime.layouts import choose as choose_layouts
 from relay_eqsat.passes.runtime.tuning import check_tunable, plan_decision, plan_shipped, program_tasks, tune
 from relay_eqsat.passes.runtime.remote import probe_device
 from relay_eqsat.passes.runtime.target import host_target
@@ -112,6 +113,19 @@ def _input_in_our_form(typed: tvm.IRModule, graph: TensorGraph, signature, func,
     report.update(changed=True, reason=f"the input in relay-eqsat's form ({before}): " + "; ".join(why))
     return graph
 
+
+
+def _choose_layouts(mod: tvm.IRModule, path: str, target: str) -> dict:
+    """The tuned program's convolution records chosen together with the layout transforms between
+    them (:func:`~relay_eqsat.passes.runtime.layouts.choose`), kept only where the program runs
+    faster; a graph the choice cannot take keeps the log as tuned, with a warning."""
+    try:
+        return choose_layouts(mod, path, target)
+    except Exception as e:  # noqa: BLE001 - the trials are in the log: the choice only refines it
+        log.exception("EqSatPass: choosing the convolutions' records together failed")
+        warn(f"EqSatPass: the convolutions' records were not chosen together ({type(e).__name__}: {e}); "
+             "each kernel keeps its fastest record")
+        return {"kept": False, "reason": f"{type(e).__name__}: {e}"}
 
 def _signature(graph: TensorGraph) -> list[tuple[str, TensorType]]:
     """(name, type) of the graph's var nodes in order: the frontend adds every
@@ -326,6 +340,7 @@ class EqSatPass:
                 shipped, decided = out, "the result"
         second = plan_shipped(program_tasks({decided: shipped}, target), compared, opts["tune_trials"], path)
         measured += tune(second, path)
+        layouts = _choose_layouts(shipped, path, target)
         tasks: dict[tuple, dict] = {}  # each task once: planned in all, in the log before, measured now
         for t in (*first, *second):
             row = tasks.setdefault(t.key, {"task": t.describe(), "programs": set(), "planned": 0,
@@ -336,7 +351,7 @@ class EqSatPass:
         return {"budget": opts["tune_trials"], "measured": measured, "programs": list(programs),
                 "decided": decided, "decision_trials": sum(t.measured for t in first),
                 "tasks": [dict(r, programs=sorted(r["programs"])) for r in tasks.values()],
-                "log": path, "seconds": time.perf_counter() - t0}
+                "layouts": layouts, "log": path, "seconds": time.perf_counter() - t0}
 
     def _transform(self, mod: tvm.IRModule, opts: Mapping[str, Any], remote, device: str, records,
                    stack: contextlib.ExitStack) -> tvm.IRModule:

@@ -288,12 +288,17 @@ def plan_shipped(shipped: Sequence[Task], compared: Sequence[Task], budget: int,
 
 
 def _log(path: str):
-    """The AutoTVM log ``path``'s records as (MeasureInput, MeasureResult) pairs (none when it is missing)."""
+    """The trials of the AutoTVM log ``path`` as (MeasureInput, MeasureResult) pairs: its records and
+    those a joint choice of its convolutions' records moved to its history (:func:`.layouts.history`);
+    none when both are missing."""
     from tvm import autotvm
 
+    from .layouts import history
     from .records import has_records
 
-    return autotvm.record.load_from_file(path) if has_records(path) else ()
+    for p in (path, history(path)):
+        if has_records(p):
+            yield from autotvm.record.load_from_file(p)
 
 
 def records_per_task(path: str) -> dict[tuple, list[int]]:

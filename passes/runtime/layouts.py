@@ -1,0 +1,239 @@
+"""A tuned program's convolution records chosen together, with the layout transforms between them.
+
+On x86 a convolution's AutoTVM record picks its channel blocks (``tile_ic``, ``tile_oc``: NCHW8c,
+NCHW16c, ...). Where a producer's output blocks differ from its consumer's input blocks, TVM puts a
+``layout_transform`` kernel between them. Under a 512-trial log of MobileNet-v2 (Zen 3, one
+thread), 40 such kernels took 10.6% of its kernel time. Taking each convolution's fastest record
+alone ignores them.
+
+:func:`choose` picks one record per convolution for the whole program, kernels and transforms
+together. It uses AutoTVM's graph tuner: dynamic programming over each convolution's fastest
+:data:`CANDIDATES` records of distinct layouts, each transform timed here. The choice is kept only
+if the program built under it beats the program built under each kernel's fastest record, in paired
+rounds with the runtime check's margin and sign test (:mod:`.decision`). A kept choice leaves the
+chosen records in the log the program is built with (what ``tvmc compile --tuning-records`` reads);
+the records of those convolutions it displaces move to the log's history beside it
+(:func:`history`). Tuning reads the history as trials measured (:func:`.tuning.records_per_task`):
+a resumed run measures none of them again.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+import time
+from typing import Any
+
+import tvm
+
+log = logging.getLogger(__name__)
+
+#: the records per convolution the choice is made among: the fastest of each distinct pair of
+#: (input, output) layouts, at most this many
+CANDIDATES = 8
+
+
+class LayoutChoiceError(RuntimeError):
+    """The program's convolutions cannot be chosen together (a graph the graph tuner does not take)."""
+
+
+def history(path: str) -> str:
+    """Where the records a kept choice displaced from the log ``path`` go (tuning reads them as trials)."""
+    return path + ".trials"
+
+
+def _lines(path: str) -> list[tuple[str, Any]]:
+    """The log ``path``'s lines, each with its decoded (MeasureInput, MeasureResult) (None where it is
+    not a record)."""
+    from tvm.autotvm.record import decode
+
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [(line, decode(line)) for line in f if line.strip()]
+
+
+def _ok(record) -> bool:
+    return record is not None and record[1].error_no == 0 and bool(record[1].costs)
+
+
+def _convolution_tasks(mod: tvm.IRModule, target: str) -> list:
+    from .tuning import program_tasks
+
+    return [t for t in program_tasks({"the program": mod}, target) if "conv2d" in t.task.name]
+
+
+def _input_shapes(mod: tvm.IRModule) -> dict[str, tuple]:
+    shapes = {}
+    for p in mod["main"].params:
+        shape = p.checked_type.shape if p.checked_type is not None else ()
+        if not all(isinstance(d, tvm.tir.IntImm) for d in shape):
+            raise LayoutChoiceError(f"input {p.name_hint} has a dynamic shape")
+        shapes[p.name_hint] = tuple(int(d) for d in shape)
+    return shapes
+
+
+def joint_records(mod: tvm.IRModule, path: str, target: str) -> tuple[list, int]:
+    """One record per convolution of ``mod`` (weights bound), chosen with the layout transforms
+    between them (AutoTVM's dynamic-programming graph tuner, transforms timed here), from the
+    error-free records of the log ``path`` and its history. A convolution without one gets its
+    fallback configuration measured first (appended to ``path``). The chosen (MeasureInput,
+    MeasureResult) pairs and the fallbacks measured; LayoutChoiceError where the graph cannot be taken."""
+    from tvm import relay
+    from tvm.autotvm.graph_tuner import DPTuner
+
+    from .tuning import _measure_fallback, measure_option, task_key
+
+    typed = relay.transform.InferType()(mod)
+    records = [r for _, r in _lines(path) + _lines(history(path)) if _ok(r)]
+    have = {task_key(inp.task) for inp, _ in records}
+    fallbacks = 0
+    for t in _convolution_tasks(typed, target):
+        if t.key not in have:  # the graph tuner needs each convolution's candidates
+            fallbacks += len(_measure_fallback(t.task, measure_option(), path))
+    records = [r for _, r in _lines(path) + _lines(history(path)) if _ok(r)]
+    with tempfile.TemporaryDirectory() as tmp, _quiet():
+        try:
+            tuner = DPTuner(typed["main"], _input_shapes(typed), records, [relay.op.get("nn.conv2d")],
+                            target, max_sch_num=CANDIDATES, verbose=False,
+                            log_file=os.path.join(tmp, "graph_tuner.log"), log_level=logging.WARNING)
+            tuner.benchmark_layout_transform(runner=measure_option()["runner"])
+            tuner.run()
+            return [tuple(r) for r in tuner.get_optimal_records()], fallbacks
+        except (KeyError, RuntimeError, tvm.TVMError, ValueError, IndexError) as e:
+            raise LayoutChoiceError(f"the graph tuner cannot take this program ({type(e).__name__}: {e})") from e
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The graph tuner's and AutoTVM's info logging and fallback warnings off while it runs."""
+    from tvm.autotvm.env import GLOBAL_SCOPE
+
+    loggers = [logging.getLogger(n) for n in ("autotvm", "graph_tuner", "root")]
+    levels = [lg.level for lg in loggers]
+    silent = GLOBAL_SCOPE.silent
+    try:
+        for lg in loggers:
+            lg.setLevel(max(lg.level, logging.WARNING))
+        GLOBAL_SCOPE.silent = True
+        yield
+    finally:
+        GLOBAL_SCOPE.silent = silent
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def split_log(path: str, chosen) -> tuple[list[str], list[str]]:
+    """The log ``path``'s lines divided by the ``chosen`` records: (kept, displaced). Of a workload
+    that has a chosen record, only the chosen configuration's records are kept (its fastest once, if
+    it was timed more than once); every other workload's lines are kept as they are."""
+    from .tuning import task_key
+
+    pick = {task_key(inp.task): inp.config.index for inp, _ in chosen}
+    kept, displaced, seen = [], [], set()
+    for line, record in _lines(path):
+        key = task_key(record[0].task) if record is not None else None
+        if key not in pick:
+            kept.append(line)
+        elif record[0].config.index == pick[key] and _ok(record) and key not in seen:
+            seen.add(key)
+            kept.append(line)
+        else:
+            displaced.append(line)
+    return kept, displaced
+
+
+def apply_choice(path: str, chosen) -> int:
+    """Rewrite the log ``path`` to hold the ``chosen`` records in place of the other records of their
+    convolutions (:func:`split_log`), moving those to :func:`history`; the rewrite is atomic. The
+    records moved."""
+    kept, displaced = split_log(path, chosen)
+    if not displaced:
+        return 0
+    with open(history(path), "a") as f:
+        f.writelines(line if line.endswith("\n") else line + "\n" for line in displaced)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".layouts.", suffix=".log")
+    with os.fdopen(fd, "w") as f:
+        f.writelines(line if line.endswith("\n") else line + "\n" for line in kept)
+    os.replace(tmp, path)
+    return len(displaced)
+
+
+def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None) -> dict[str, Any]:
+    """Choose ``mod``'s convolution records together (:func:`joint_records`), time ``mod`` built under
+    the choice against ``mod`` built under the log ``path`` as it is, in paired rounds, and keep the
+    choice (:func:`apply_choice`) only if it is faster by the runtime check's margin and sign test.
+    What was done, for the report: ``kept``, ``reason``, ``convolutions`` (chosen records),
+    ``changed`` (of them, not each one's fastest), ``fallbacks`` (convolutions the trials had left
+    without a record, their fallback configuration measured), ``ratio``/``wins``/``rounds`` (when timed),
+    ``moved`` (records moved to the history) and ``seconds``."""
+    from .build import build, executor, output_error, random_inputs, set_inputs
+    from .decision import RUNTIME_MARGIN, RUNTIME_MIN_REPEAT_MS, RUNTIME_REPEAT, wins_needed
+    from .records import load_records
+    from .timing import paired_ratio, time_rounds
+    from .tuning import task_key
+
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {"kept": False, "convolutions": 0, "changed": 0, "moved": 0}
+    if not _convolution_tasks(mod, target):
+        return dict(out, reason="no convolution", seconds=time.perf_counter() - t0)
+    chosen, fallbacks = joint_records(mod, path, target)
+    best = _fastest(path)
+    changed = [r for r in chosen if best.get(task_key(r[0].task)) != r[0].config.index]
+    out.update(convolutions=len(chosen), changed=len(changed), fallbacks=fallbacks)
+    if not changed:
+        return dict(out, reason="each convolution's fastest record is the joint choice",
+                    seconds=time.perf_counter() - t0)
+    rounds = rounds or RUNTIME_REPEAT
+    with tempfile.TemporaryDirectory() as tmp:
+        trial = os.path.join(tmp, "choice.log")
+        with open(trial, "w") as f:
+            f.writelines(line if line.endswith("\n") else line + "\n" for line in split_log(path, chosen)[0])
+        typed = tvm.relay.transform.InferType()(mod)
+        inputs = random_inputs({p.name_hint: ([int(d) for d in p.checked_type.shape], p.checked_type.dtype)
+                                for p in typed["main"].params}, seed=0)
+        modules, outputs = [], []
+        for records in (load_records(path), load_records(trial)):
+            m = executor(build(mod, target=target, records=records), tvm.cpu(0))
+            set_inputs(m, inputs)
+            m.run()
+            modules.append(m)
+            outputs.append([m.get_output(i).numpy() for i in range(m.get_num_outputs())])
+        error, why = output_error(outputs[0], outputs[1])
+        if not error <= 1e-4:
+            return dict(out, reason=f"outputs differ under the choice ({why or f'{error:.3g}'})",
+                        seconds=time.perf_counter() - t0)
+        before, after = time_rounds(modules, repeat=rounds, min_repeat_ms=RUNTIME_MIN_REPEAT_MS)
+    ratio, wins = paired_ratio(before, after)
+    out.update(ratio=ratio, wins=wins, rounds=rounds)
+    if ratio <= 1 - RUNTIME_MARGIN and wins >= wins_needed(rounds):
+        out.update(kept=True, moved=apply_choice(path, chosen),
+                   reason=f"faster: median ratio {ratio:.3f}, {wins}/{rounds} rounds")
+    else:
+        out["reason"] = f"not faster: median ratio {ratio:.3f}, {wins}/{rounds} rounds"
+    return dict(out, seconds=time.perf_counter() - t0)
+
+
+def _fastest(path: str) -> dict[tuple, int]:
+    """Each task's fastest configuration in the log ``path`` (the one AutoTVM builds with)."""
+    from .tuning import task_key
+
+    best: dict[tuple, tuple[float, int]] = {}
+    for _, record in _lines(path):
+        if _ok(record):
+            key, cost = task_key(record[0].task), sum(record[1].costs) / len(record[1].costs)
+            if key not in best or cost < best[key][0]:
+                best[key] = (cost, record[0].config.index)
+    return {k: v[1] for k, v in best.items()}
+
+
+def layouts_in_words(report) -> str:
+    """:func:`choose`'s report in a line."""
+    if not report.get("convolutions"):
+        return str(report.get("reason", "not done"))
+    return (f"{report['changed']} of {report['convolutions']} convolutions' records differ from each one's "
+            f"fastest" + (f" ({report['fallbacks']} fallbacks timed first)" if report.get("fallbacks") else "")
+            + f"; {report['reason']}" + ("; kept" if report.get("kept") else "; each kernel's fastest kept")
+            + (f" ({report['seconds']:.0f} s)" if "seconds" in report else ""))

@@ -1,0 +1,103 @@
+"""A tuned program's convolution records chosen together with the layout transforms between them
+(relay_eqsat.passes.runtime.layouts): the log keeps one record per convolution chosen, the rest moves
+to its history, trials are not measured again, and the program computes what it computed."""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+import tvm
+from tvm import autotvm, relay
+
+from relay_eqsat.passes.runtime import layouts, tuning
+from relay_eqsat.passes.runtime.build import build, random_inputs, run
+from relay_eqsat.passes.runtime.records import load_records
+from relay_eqsat.passes.runtime.target import host_target
+from tests.test_records import dense_relu
+
+
+def conv_chain():
+    """Two 3x3 convolutions in a chain (8 -> 16 -> 32 channels) with relus: the second reads the
+    first's output, so their channel blocks meet."""
+    rng = np.random.default_rng(0)
+    x = relay.var("x", shape=(1, 8, 14, 14))
+    w1 = relay.const(rng.standard_normal((16, 8, 3, 3)).astype("float32"))
+    w2 = relay.const(rng.standard_normal((32, 16, 3, 3)).astype("float32"))
+    y = relay.nn.relu(relay.nn.conv2d(x, w1, padding=(1, 1), channels=16, kernel_size=(3, 3)))
+    y = relay.nn.relu(relay.nn.conv2d(y, w2, padding=(1, 1), channels=32, kernel_size=(3, 3)))
+    return relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
+
+
+@pytest.fixture(scope="module")
+def tuned_chain(tmp_path_factory):
+    """conv_chain with 6 trials on each convolution (several channel blocks each), its log."""
+    mod = conv_chain()
+    tasks = tuning.program_tasks({"the input": mod}, host_target())
+    for t in tasks:
+        t.trials = 6
+    log = tmp_path_factory.mktemp("layouts") / "chain.log"
+    assert tuning.tune(tasks, str(log), enabled=False) == 12
+    return mod, tasks, log.read_text()
+
+
+def lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def test_a_log_rewritten_to_a_choice_keeps_every_trial_and_builds_with_the_chosen_records(tuned_chain, tmp_path):
+    mod, tasks, text = tuned_chain
+    log = tmp_path / "chain.log"
+    log.write_text(text)
+    fastest = layouts._fastest(str(log))
+    # choose, for the first convolution, a record that is not its fastest
+    records = [r for _, r in layouts._lines(str(log)) if layouts._ok(r)]
+    key = tuning.task_key(tasks[0].task)
+    other = next(r for r in records if tuning.task_key(r[0].task) == key and r[0].config.index != fastest[key])
+    moved = layouts.apply_choice(str(log), [other])
+    kept, history = lines(log.read_text()), lines((tmp_path / "chain.log.trials").read_text())
+    assert moved == len(history) == 5
+    assert collections.Counter(kept + history) == collections.Counter(lines(text))  # nothing lost, nothing twice
+    assert layouts._fastest(str(log)) == {**fastest, key: other[0].config.index}
+    # tuning counts the moved records as trials measured: a resumed run measures nothing again
+    (tmp_path / "as_tuned.log").write_text(text)
+    assert {k: sorted(v) for k, v in tuning.records_per_task(str(log)).items()} == \
+        {k: sorted(v) for k, v in tuning.records_per_task(str(tmp_path / "as_tuned.log")).items()}
+    assert tuning.tune(tasks, str(log), enabled=False) == 0
+    # the build looks the chosen record up, and the program computes what it computes untuned
+    with autotvm.apply_history_best(str(log)) as best:
+        assert best.query(tvm.target.Target(host_target()), tasks[0].task.workload).index == other[0].config.index
+    inputs = random_inputs({"x": ([1, 8, 14, 14], "float32")}, seed=0)
+    want = run(build(mod), inputs)[0]
+    got = run(build(mod, records=load_records(str(log))), inputs)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    assert layouts.apply_choice(str(log), [other]) == 0  # chosen already: nothing moves
+
+
+def test_the_choice_is_timed_against_each_kernel_s_fastest_and_kept_only_when_faster(tuned_chain, tmp_path):
+    mod, _, text = tuned_chain
+    log = tmp_path / "chain.log"
+    log.write_text(text)
+    report = layouts.choose(mod, str(log), host_target(), rounds=3)
+    assert report["convolutions"] == 2 and 0 <= report["changed"] <= 2 and report["seconds"] > 0
+    assert "reason" in report and layouts.layouts_in_words(report)
+    after = lines(log.read_text())
+    history = tmp_path / "chain.log.trials"
+    if report["kept"]:
+        assert report["ratio"] <= 0.98 and report["moved"] == len(lines(history.read_text())) > 0
+        assert collections.Counter(after + lines(history.read_text())) == collections.Counter(lines(text))
+    else:  # not faster, or each one's fastest already: the log as tuned
+        assert after == lines(text) and not history.exists()
+        if report["changed"]:
+            assert "ratio" in report and "wins" in report
+
+
+def test_a_program_without_convolutions_keeps_its_log(tmp_path):
+    mod = dense_relu()
+    tasks = [t for t in tuning.plan_trials(tuning.program_tasks({"the input": mod}, host_target()), 2, 1) if t.trials]
+    log = tmp_path / "dense.log"
+    tuning.tune(tasks, str(log), enabled=False)
+    text = log.read_text()
+    report = layouts.choose(mod, str(log), host_target())
+    assert report["kept"] is False and report["reason"] == "no convolution" and report["convolutions"] == 0
+    assert log.read_text() == text and not (tmp_path / "dense.log.trials").exists()
