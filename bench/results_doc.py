@@ -168,7 +168,9 @@ def _tuning_of(rec: Mapping) -> dict:
     tasks = t.get("tasks") or []
     return {"trials": t.get("measured"), "seconds": t.get("seconds"), "tasks": len(tasks),
             "tasks_tuned": sum(1 for k in tasks if k.get("planned")), "programs": t.get("programs"),
-            "deciding": t.get("decision_trials")}
+            "deciding": t.get("decision_trials"),
+            "layouts": {k: v for k, v in (t.get("layouts") or {}).items()
+                        if k in ("kept", "convolutions", "changed", "fallbacks", "ratio", "wins", "rounds")} or None}
 
 
 def _tuning_row(row: Mapping) -> dict | None:
@@ -540,6 +542,10 @@ def tuning_block(s: Mapping) -> str:
         vs_ort = f"{r['pass_tuned_ms'] / r['ort_ms']:.2f}" if r.get("ort_ms") else "–"
         program = (f"changed: {rules_text(r['rules_in_result'])}" if r.get("pass_changed") and r.get("rules_in_result")
                    else "changed" if r.get("pass_changed") else "input kept")
+        chosen = (r.get("tuning_pass") or {}).get("layouts") or {}
+        if chosen.get("kept"):
+            program += (f"; {chosen['changed']} of {chosen['convolutions']} convolutions' records chosen together "
+                        f"({times(1.0 / chosen['ratio'])}, {chosen['wins']}/{chosen['rounds']})")
         speed = times(r.get("pass_over_alone"))
         out.append(f"| {label(r)} ({r.get('library')}) | {sig(r.get('ort_ms'))} | {sig(r['opt3_ms'])} | "
                    f"{sig(r['tuned_alone_ms'])} ({cells[0]}) | {sig(r['pass_tuned_ms'])} ({cells[1]}) | "

@@ -1,5 +1,5 @@
 """A model built untuned and under AutoTVM logs, its outputs compared and the builds timed in
-paired rounds: what bench/tuning_logs.py and bench/graph_tuning.py compare."""
+paired rounds: what bench/tuning_logs.py and bench/approx_under_logs.py compare."""
 from __future__ import annotations
 
 import statistics

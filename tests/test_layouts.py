@@ -72,6 +72,12 @@ def test_a_log_rewritten_to_a_choice_keeps_every_trial_and_builds_with_the_chose
     got = run(build(mod, records=load_records(str(log))), inputs)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
     assert layouts.apply_choice(str(log), [other]) == 0  # chosen already: nothing moves
+    # a later choice of a record the first one moved to the history brings it back
+    first = next(r for r in records if tuning.task_key(r[0].task) == key and r[0].config.index == fastest[key])
+    assert layouts.apply_choice(str(log), [first]) == 1
+    kept, history = lines(log.read_text()), lines((tmp_path / "chain.log.trials").read_text())
+    assert collections.Counter(kept + history) == collections.Counter(lines(text))
+    assert layouts._fastest(str(log)) == fastest and len(kept) == len(lines(text)) - 5
 
 
 def test_the_choice_is_timed_against_each_kernel_s_fastest_and_kept_only_when_faster(tuned_chain, tmp_path):

@@ -177,6 +177,11 @@ def test_summarize_a_run_folder_into_summaries_the_renderer_accepts(tmp_path):
     text = results_doc.tuning_block(tuned)
     assert ("| resnet50 (torchvision) | 70.0 | 80.0 | 50.0 (64, 2/3, 120) | 40.0 (64, 2/3, 120) | 1.250× (8/9) "
             "| 0.57 | changed: `conv-merge` 2 |") in text, text
+    assert row["tuning_pass"]["layouts"] is None  # the run's report had no joint choice of records
+    chosen = {**tuned, "rows": [{**row, "tuning_pass": {**row["tuning_pass"], "layouts": {
+        "kept": True, "changed": 21, "convolutions": 52, "ratio": 0.949, "wins": 8, "rounds": 9}}}]}
+    assert ("changed: `conv-merge` 2; 21 of 52 convolutions' records chosen together (1.054×, 8/9) |"
+            in results_doc.tuning_block(chosen))
 
     cost = s["cost_accuracy"]
     assert cost["machine"]["cpu"] == "Test CPU"  # named by real_models.json of the same run

@@ -32,7 +32,7 @@ from relay_eqsat.cost.tracker import remote_from_options
 from relay_eqsat.passes.runtime.builder import Builder, unavailable
 from relay_eqsat.passes.runtime.decision import RUNTIME_SETTINGS, judge, runtime_check
 from relay_eqsat.passes.runtime.records import has_records, load_records, resolve as resolve_records
-from relay_eqsat.passes.runtime.layouts import choose as choose_layouts
+from relay_eqsat.passes.runtime.layouts import LayoutChoiceError, choose as choose_layouts
 from relay_eqsat.passes.runtime.tuning import check_tunable, plan_decision, plan_shipped, program_tasks, tune
 from relay_eqsat.passes.runtime.remote import probe_device
 from relay_eqsat.passes.runtime.target import host_target
@@ -118,14 +118,19 @@ def _input_in_our_form(typed: tvm.IRModule, graph: TensorGraph, signature, func,
 def _choose_layouts(mod: tvm.IRModule, path: str, target: str) -> dict:
     """The tuned program's convolution records chosen together with the layout transforms between
     them (:func:`~relay_eqsat.passes.runtime.layouts.choose`), kept only where the program runs
-    faster; a graph the choice cannot take keeps the log as tuned, with a warning."""
+    faster; a graph the graph tuner does not take keeps the log as tuned (a failure, with a warning).
+    A Ctrl-C goes on up: the log is rewritten at once or not at all."""
     try:
         return choose_layouts(mod, path, target)
+    except LayoutChoiceError as e:  # a graph the graph tuner does not take: nothing to refine
+        log.info("EqSatPass: %s", e)
+        return {"kept": False, "reason": str(e)}
     except Exception as e:  # noqa: BLE001 - the trials are in the log: the choice only refines it
         log.exception("EqSatPass: choosing the convolutions' records together failed")
         warn(f"EqSatPass: the convolutions' records were not chosen together ({type(e).__name__}: {e}); "
              "each kernel keeps its fastest record")
         return {"kept": False, "reason": f"{type(e).__name__}: {e}"}
+
 
 def _signature(graph: TensorGraph) -> list[tuple[str, TensorType]]:
     """(name, type) of the graph's var nodes in order: the frontend adds every

@@ -9,11 +9,12 @@ alone ignores them.
 :func:`choose` picks one record per convolution for the whole program, kernels and transforms
 together. It uses AutoTVM's graph tuner: dynamic programming over each convolution's fastest
 :data:`CANDIDATES` records of distinct layouts, each transform timed here. The choice is kept only
-if the program built under it beats the program built under each kernel's fastest record, in paired
-rounds with the runtime check's margin and sign test (:mod:`.decision`). A kept choice leaves the
+if the program built under it beats the program built under each kernel's fastest record, in
+:data:`ROUNDS` paired rounds with the runtime check's margin and a sign test at its level
+(:mod:`.decision`). A kept choice leaves the
 chosen records in the log the program is built with (what ``tvmc compile --tuning-records`` reads);
 the records of those convolutions it displaces move to the log's history beside it
-(:func:`history`). Tuning reads the history as trials measured (:func:`.tuning.records_per_task`):
+(:func:`.records.history`). Tuning reads the history as trials measured (:func:`.tuning.records_per_task`):
 a resumed run measures none of them again.
 """
 from __future__ import annotations
@@ -27,20 +28,22 @@ from typing import Any
 
 import tvm
 
+from .records import history
+
 log = logging.getLogger(__name__)
 
 #: the records per convolution the choice is made among: the fastest of each distinct pair of
 #: (input, output) layouts, at most this many
 CANDIDATES = 8
+#: the paired rounds the choice is timed in, with the runtime check's margin and a sign test at its
+#: level (20 of 27). A conv net runs in milliseconds, so they cost seconds; in 9 rounds a choice
+#: measured 0.945 and 0.952 of the time on a noisy machine won only 5 and 7 (bench_tuning_12), below
+#: the 8 that 9 rounds need
+ROUNDS = 27
 
 
 class LayoutChoiceError(RuntimeError):
     """The program's convolutions cannot be chosen together (a graph the graph tuner does not take)."""
-
-
-def history(path: str) -> str:
-    """Where the records a kept choice displaced from the log ``path`` go (tuning reads them as trials)."""
-    return path + ".trials"
 
 
 def _lines(path: str) -> list[tuple[str, Any]]:
@@ -74,28 +77,30 @@ def _input_shapes(mod: tvm.IRModule) -> dict[str, tuple]:
     return shapes
 
 
-def joint_records(mod: tvm.IRModule, path: str, target: str) -> tuple[list, int]:
+def joint_records(mod: tvm.IRModule, path: str, target: str, convolutions=None) -> tuple[list, int]:
     """One record per convolution of ``mod`` (weights bound), chosen with the layout transforms
     between them (AutoTVM's dynamic-programming graph tuner, transforms timed here), from the
     error-free records of the log ``path`` and its history. A convolution without one gets its
     fallback configuration measured first (appended to ``path``). The chosen (MeasureInput,
-    MeasureResult) pairs and the fallbacks measured; LayoutChoiceError where the graph cannot be taken."""
+    MeasureResult) pairs and the fallbacks measured; LayoutChoiceError where the graph cannot be taken.
+    ``convolutions``: ``mod``'s convolution tasks (:class:`.tuning.Task`), where extracted already."""
     from tvm import relay
     from tvm.autotvm.graph_tuner import DPTuner
 
     from .tuning import _measure_fallback, measure_option, task_key
 
     typed = relay.transform.InferType()(mod)
+    shapes = _input_shapes(typed)
     records = [r for _, r in _lines(path) + _lines(history(path)) if _ok(r)]
     have = {task_key(inp.task) for inp, _ in records}
     fallbacks = 0
-    for t in _convolution_tasks(typed, target):
+    for t in _convolution_tasks(typed, target) if convolutions is None else convolutions:
         if t.key not in have:  # the graph tuner needs each convolution's candidates
             fallbacks += len(_measure_fallback(t.task, measure_option(), path))
     records = [r for _, r in _lines(path) + _lines(history(path)) if _ok(r)]
     with tempfile.TemporaryDirectory() as tmp, _quiet():
         try:
-            tuner = DPTuner(typed["main"], _input_shapes(typed), records, [relay.op.get("nn.conv2d")],
+            tuner = DPTuner(typed["main"], shapes, records, [relay.op.get("nn.conv2d")],
                             target, max_sch_num=CANDIDATES, verbose=False,
                             log_file=os.path.join(tmp, "graph_tuner.log"), log_level=logging.WARNING)
             tuner.benchmark_layout_transform(runner=measure_option()["runner"])
@@ -125,72 +130,93 @@ def _quiet():
 
 
 def split_log(path: str, chosen) -> tuple[list[str], list[str]]:
-    """The log ``path``'s lines divided by the ``chosen`` records: (kept, displaced). Of a workload
-    that has a chosen record, only the chosen configuration's records are kept (its fastest once, if
-    it was timed more than once); every other workload's lines are kept as they are."""
+    """The lines of the log ``path`` and of its history divided anew by the ``chosen`` records:
+    (the log's, the history's). A workload that has a chosen record keeps only that configuration's
+    record in the log (its first error-free one, brought back from the history if a choice before
+    moved it there); every other workload's lines stay where they are. No line is lost or doubled."""
     from .tuning import task_key
 
     pick = {task_key(inp.task): inp.config.index for inp, _ in chosen}
     kept, displaced, seen = [], [], set()
+
+    def chosen_here(record) -> tuple | None:
+        key = task_key(record[0].task) if record is not None else None
+        if key in pick and key not in seen and record[0].config.index == pick[key] and _ok(record):
+            return key
+        return None
+
     for line, record in _lines(path):
         key = task_key(record[0].task) if record is not None else None
         if key not in pick:
             kept.append(line)
-        elif record[0].config.index == pick[key] and _ok(record) and key not in seen:
+        elif chosen_here(record):
             seen.add(key)
             kept.append(line)
         else:
             displaced.append(line)
-    return kept, displaced
+    stay = []
+    for line, record in _lines(history(path)):
+        key = chosen_here(record)
+        if key:
+            seen.add(key)
+            kept.append(line)
+        else:
+            stay.append(line)
+    return kept, stay + displaced
+
+
+def _write(path: str, lines) -> None:
+    """``lines`` as the file ``path``, replaced at once (a file beside it renamed over it)."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".layouts.", suffix=".log")
+    with os.fdopen(fd, "w") as f:
+        f.writelines(line if line.endswith("\n") else line + "\n" for line in lines)
+    os.replace(tmp, path)
 
 
 def apply_choice(path: str, chosen) -> int:
-    """Rewrite the log ``path`` to hold the ``chosen`` records in place of the other records of their
-    convolutions (:func:`split_log`), moving those to :func:`history`; the rewrite is atomic. The
-    records moved."""
-    kept, displaced = split_log(path, chosen)
-    if not displaced:
+    """Rewrite the log ``path`` and its :func:`.records.history` as :func:`split_log` divides them: the
+    ``chosen`` records in the log in place of the other records of their convolutions, which move to
+    the history. Each file is replaced at once. The records moved out of the log."""
+    before = [line for line, _ in _lines(path)]
+    kept, rest = split_log(path, chosen)
+    if kept == before:
         return 0
-    with open(history(path), "a") as f:
-        f.writelines(line if line.endswith("\n") else line + "\n" for line in displaced)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".layouts.", suffix=".log")
-    with os.fdopen(fd, "w") as f:
-        f.writelines(line if line.endswith("\n") else line + "\n" for line in kept)
-    os.replace(tmp, path)
-    return len(displaced)
+    _write(history(path), rest)
+    _write(path, kept)
+    now = set(kept)
+    return sum(1 for line in before if line not in now)
 
 
 def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None) -> dict[str, Any]:
     """Choose ``mod``'s convolution records together (:func:`joint_records`), time ``mod`` built under
     the choice against ``mod`` built under the log ``path`` as it is, in paired rounds, and keep the
-    choice (:func:`apply_choice`) only if it is faster by the runtime check's margin and sign test.
-    What was done, for the report: ``kept``, ``reason``, ``convolutions`` (chosen records),
+    choice (:func:`apply_choice`) only if it is faster by the runtime check's margin, with a sign test
+    at its level over ``rounds`` rounds (default :data:`ROUNDS`). What was done, for the report: ``kept``, ``reason``, ``convolutions`` (chosen records),
     ``changed`` (of them, not each one's fastest), ``fallbacks`` (convolutions the trials had left
     without a record, their fallback configuration measured), ``ratio``/``wins``/``rounds`` (when timed),
     ``moved`` (records moved to the history) and ``seconds``."""
     from .build import build, executor, output_error, random_inputs, set_inputs
-    from .decision import RUNTIME_MARGIN, RUNTIME_MIN_REPEAT_MS, RUNTIME_REPEAT, wins_needed
+    from .decision import RUNTIME_MARGIN, RUNTIME_MIN_REPEAT_MS, wins_needed
     from .records import load_records
     from .timing import paired_ratio, time_rounds
     from .tuning import task_key
 
     t0 = time.perf_counter()
     out: dict[str, Any] = {"kept": False, "convolutions": 0, "changed": 0, "moved": 0}
-    if not _convolution_tasks(mod, target):
+    convolutions = _convolution_tasks(mod, target)
+    if not convolutions:
         return dict(out, reason="no convolution", seconds=time.perf_counter() - t0)
-    chosen, fallbacks = joint_records(mod, path, target)
+    chosen, fallbacks = joint_records(mod, path, target, convolutions)
     best = _fastest(path)
     changed = [r for r in chosen if best.get(task_key(r[0].task)) != r[0].config.index]
     out.update(convolutions=len(chosen), changed=len(changed), fallbacks=fallbacks)
     if not changed:
         return dict(out, reason="each convolution's fastest record is the joint choice",
                     seconds=time.perf_counter() - t0)
-    rounds = rounds or RUNTIME_REPEAT
+    rounds = rounds or ROUNDS
     with tempfile.TemporaryDirectory() as tmp:
         trial = os.path.join(tmp, "choice.log")
-        with open(trial, "w") as f:
-            f.writelines(line if line.endswith("\n") else line + "\n" for line in split_log(path, chosen)[0])
+        _write(trial, split_log(path, chosen)[0])
         typed = tvm.relay.transform.InferType()(mod)
         inputs = random_inputs({p.name_hint: ([int(d) for d in p.checked_type.shape], p.checked_type.dtype)
                                 for p in typed["main"].params}, seed=0)

@@ -90,6 +90,12 @@ def _check_autotvm(line: str, path: str, n: int) -> None:
         raise RecordsError(f"{path}, line {n}: AutoTVM cannot read this record")
 
 
+def history(path: str) -> str:
+    """The file beside the tuning log ``path`` that holds its trials no longer in it (records a joint
+    choice of the convolutions' records displaced, :mod:`.layouts`): tuning reads both as trials measured."""
+    return path + ".trials"
+
+
 def has_records(path: str) -> bool:
     """Whether the tuning log ``path`` exists with something in it (tuning starts one that does not)."""
     return os.path.exists(path) and os.path.getsize(path) > 0

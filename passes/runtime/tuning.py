@@ -289,12 +289,11 @@ def plan_shipped(shipped: Sequence[Task], compared: Sequence[Task], budget: int,
 
 def _log(path: str):
     """The trials of the AutoTVM log ``path`` as (MeasureInput, MeasureResult) pairs: its records and
-    those a joint choice of its convolutions' records moved to its history (:func:`.layouts.history`);
+    those a joint choice of its convolutions' records moved to its history (:func:`.records.history`);
     none when both are missing."""
     from tvm import autotvm
 
-    from .layouts import history
-    from .records import has_records
+    from .records import has_records, history
 
     for p in (path, history(path)):
         if has_records(p):
@@ -302,11 +301,12 @@ def _log(path: str):
 
 
 def records_per_task(path: str) -> dict[tuple, list[int]]:
-    """The configuration indices each task has in the AutoTVM log ``path`` (none when it is missing)."""
-    out: dict[tuple, list[int]] = {}
+    """The configuration indices each task has in the AutoTVM log ``path`` and its history, each
+    once (none when both are missing)."""
+    out: dict[tuple, dict[int, None]] = {}
     for inp, _ in _log(path):
-        out.setdefault(task_key(inp.task), []).append(inp.config.index)
-    return out
+        out.setdefault(task_key(inp.task), {})[inp.config.index] = None
+    return {k: list(v) for k, v in out.items()}
 
 
 def best_per_task(path: str) -> dict[tuple, float]:
