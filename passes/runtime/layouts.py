@@ -243,16 +243,10 @@ def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None)
 
 
 def _fastest(path: str) -> dict[tuple, int]:
-    """Each task's fastest configuration in the log ``path`` (the one AutoTVM builds with)."""
-    from .tuning import task_key
+    """Each task's fastest configuration in the log ``path`` alone (the one AutoTVM builds with)."""
+    from .tuning import fastest
 
-    best: dict[tuple, tuple[float, int]] = {}
-    for _, record in _lines(path):
-        if _ok(record):
-            key, cost = task_key(record[0].task), sum(record[1].costs) / len(record[1].costs)
-            if key not in best or cost < best[key][0]:
-                best[key] = (cost, record[0].config.index)
-    return {k: v[1] for k, v in best.items()}
+    return {key: index for key, (_, index) in fastest(r for _, r in _lines(path) if r is not None).items()}
 
 
 def layouts_in_words(report) -> str:

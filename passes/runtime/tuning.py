@@ -309,14 +309,22 @@ def records_per_task(path: str) -> dict[tuple, list[int]]:
     return {k: list(v) for k, v in out.items()}
 
 
-def best_per_task(path: str) -> dict[tuple, float]:
-    """Each task's fastest error-free trial in the AutoTVM log ``path``, in seconds (its mean time)."""
-    out: dict[tuple, float] = {}
-    for inp, res in _log(path):
+def fastest(records) -> dict[tuple, tuple[float, int]]:
+    """Each task's fastest error-free trial among ``records`` ((MeasureInput, MeasureResult) pairs):
+    its mean time in seconds and its configuration's index, as AutoTVM picks a task's record."""
+    out: dict[tuple, tuple[float, int]] = {}
+    for inp, res in records:
         if res.error_no == 0 and res.costs:
-            key = task_key(inp.task)
-            out[key] = min(out.get(key, math.inf), sum(res.costs) / len(res.costs))
+            key, cost = task_key(inp.task), sum(res.costs) / len(res.costs)
+            if key not in out or cost < out[key][0]:
+                out[key] = (cost, inp.config.index)
     return out
+
+
+def best_per_task(path: str) -> dict[tuple, float]:
+    """Each task's fastest error-free trial in the AutoTVM log ``path`` and its history, in seconds
+    (its mean time)."""
+    return {key: cost for key, (cost, _) in fastest(_log(path)).items()}
 
 
 class _Here:
