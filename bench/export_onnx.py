@@ -8,8 +8,8 @@ only inside the subcommands, so the TVM venv can import :data:`MODELS` (the
 models' input specs) from it.
 
     python bench/export_onnx.py export NAME OUT.onnx      # OUT.onnx plus OUT.json (inputs, outputs, versions)
-    python bench/export_onnx.py ort MODEL.onnx IN.npz OUT.npz TIMING.json [--threads 1] [--rounds 9]
-                                    [--min-repeat-ms 200]
+    python bench/export_onnx.py ort-serve MODEL.onnx IN.npz OUT.npz [--threads 1] [--min-repeat-ms 200]
+                                    # outputs saved, one JSON line, then a timing (seconds) per "time" line
     python bench/export_onnx.py versions                  # JSON: the export venv's package versions
 
 Models: random weights from ``torch.manual_seed(0)``, batch 1, ``.eval()``,
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -162,12 +161,42 @@ def export(name: str, out: Path) -> dict:
     return meta
 
 
-def ort_run_and_time(model: Path, inputs: Path, outputs: Path, timing: Path, threads: int, rounds: int,
-                     min_repeat_ms: float) -> dict:
-    """Run onnxruntime on the arrays in ``inputs`` (.npz, keyed by input name), save its outputs
-    (.npz, ``output_0``, ``output_1``...) and time it (in the export venv: its subcommand ``ort``,
-    which a bench calls through ``export_venv.run_ort``): after a warm-up run, ``rounds`` timings,
-    each the mean of as many runs as fill ``min_repeat_ms``; their median, in ``timing`` (JSON)."""
+def ort_timing(run, min_repeat_ms: float) -> float:
+    """One timing: the mean seconds of as many calls of ``run`` as fill ``min_repeat_ms``."""
+    n, t0 = 0, time.perf_counter()
+    while True:
+        run()
+        n += 1
+        elapsed = time.perf_counter() - t0
+        if elapsed * 1e3 >= min_repeat_ms:
+            return elapsed / n
+
+
+def serve_timings(run, min_repeat_ms: float, stdin, stdout) -> int:
+    """Answer each line ``time`` read from ``stdin`` with one :func:`ort_timing` of ``run`` (its
+    seconds, one line on ``stdout``), until ``quit`` or the end of ``stdin``; any other line is
+    refused on stderr and ends the loop (exit status 2). Returns the timings answered."""
+    answered = 0
+    for line in stdin:
+        cmd = line.strip()
+        if cmd == "quit":
+            break
+        if cmd != "time":
+            print(f"ort-serve: unknown command {cmd!r} (time or quit)", file=sys.stderr)
+            raise SystemExit(2)
+        stdout.write(f"{ort_timing(run, min_repeat_ms)!r}\n")
+        stdout.flush()
+        answered += 1
+    return answered
+
+
+def ort_serve(model: Path, inputs: Path, outputs: Path, threads: int, min_repeat_ms: float) -> None:
+    """onnxruntime on one model, timed when asked (the subcommand ``ort-serve``, which a bench
+    drives through ``export_venv.OrtProcess``): run it on the arrays in ``inputs`` (.npz, keyed by
+    input name), save its outputs (.npz, ``output_0``, ``output_1``...), take one warm-up timing,
+    print one JSON line (the first run's seconds, providers, versions), then
+    :func:`serve_timings` — so that its timings can be interleaved with another runtime's, round by
+    round, on the same machine state."""
     import numpy as np
     import onnxruntime as ort
 
@@ -177,23 +206,14 @@ def ort_run_and_time(model: Path, inputs: Path, outputs: Path, timing: Path, thr
     sess = ort.InferenceSession(str(model), sess_options=opts, providers=["CPUExecutionProvider"])
     with np.load(inputs) as z:
         feed = {i.name: z[i.name] for i in sess.get_inputs()}
+    t0 = time.perf_counter()
     result = sess.run(None, feed)
+    first = time.perf_counter() - t0
     np.savez(outputs, **{f"output_{k}": r for k, r in enumerate(result)})
-    samples = []
-    for _ in range(rounds):
-        n, t0 = 0, time.perf_counter()
-        while True:
-            sess.run(None, feed)
-            n += 1
-            elapsed = time.perf_counter() - t0
-            if elapsed * 1e3 >= min_repeat_ms:
-                break
-        samples.append(elapsed / n)
-    info = {"median_s": statistics.median(samples), "samples_s": samples, "threads": threads,
-            "inter_op_threads": 1, "rounds": rounds, "min_repeat_ms": min_repeat_ms,
-            "providers": sess.get_providers(), "versions": _versions()}
-    timing.write_text(json.dumps(info, indent=2) + "\n")
-    return info
+    ort_timing(lambda: sess.run(None, feed), min_repeat_ms)  # warm-up
+    print(json.dumps({"first_run_s": first, "threads": threads, "inter_op_threads": 1, "min_repeat_ms": min_repeat_ms,
+                      "providers": sess.get_providers(), "versions": _versions()}), flush=True)
+    serve_timings(lambda: sess.run(None, feed), min_repeat_ms, sys.stdin, sys.stdout)
 
 
 def main(argv=None) -> int:
@@ -202,23 +222,19 @@ def main(argv=None) -> int:
     p = sub.add_parser("export", help="export a model to ONNX")
     p.add_argument("name", choices=sorted(MODELS))
     p.add_argument("out", type=Path)
-    p = sub.add_parser("ort", help="run and time onnxruntime on saved inputs")
+    p = sub.add_parser("ort-serve", help="run onnxruntime on saved inputs, then time it on each 'time' line read")
     p.add_argument("model", type=Path)
     p.add_argument("inputs", type=Path)
     p.add_argument("outputs", type=Path)
-    p.add_argument("timing", type=Path)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--min-repeat-ms", type=float, default=200.0)
     sub.add_parser("versions", help="print the package versions")
     args = ap.parse_args(argv)
     if args.cmd == "export":
         meta = export(args.name, args.out)
         print(f"exported {args.name} to {args.out} in {meta['export_s']:.1f} s")
-    elif args.cmd == "ort":
-        info = ort_run_and_time(args.model, args.inputs, args.outputs, args.timing, args.threads, args.rounds,
-                       args.min_repeat_ms)
-        print(f"onnxruntime {args.model.name}: {info['median_s'] * 1e3:.3f} ms (median of {args.rounds})")
+    elif args.cmd == "ort-serve":
+        ort_serve(args.model, args.inputs, args.outputs, args.threads, args.min_repeat_ms)
     else:
         print(json.dumps(_versions()))
     return 0

@@ -81,18 +81,75 @@ def export_model(py: Path, name: str, models_dir: Path) -> tuple[Path, dict]:
     return path, json.loads(meta.read_text())
 
 
-def run_ort(py: Path, onnx_path: Path, inputs: Mapping, workdir: Path, args) -> tuple[list, dict]:
-    """onnxruntime's outputs on ``inputs`` and its timing (median seconds and samples)."""
-    import numpy as np
+class OrtProcess:
+    """onnxruntime serving one model in the export venv (``export_onnx.py ort-serve``), so that a
+    bench can interleave its timings with TVM's, round by round: ``outputs`` (its outputs on
+    ``inputs``: the reference), ``info`` (its first run's seconds, threads, providers, versions),
+    :meth:`time` (one timing's seconds, also kept in ``samples``). A context manager: leaving it
+    ends the process."""
 
-    stem = workdir / onnx_path.stem
-    np.savez(f"{stem}_in.npz", **inputs)
-    _run_helper(py, "ort", str(onnx_path), f"{stem}_in.npz", f"{stem}_out.npz", f"{stem}_ort.json",
-                "--threads", str(args.threads), "--rounds", str(args.rounds),
-                "--min-repeat-ms", str(args.min_repeat_ms))
-    with np.load(f"{stem}_out.npz") as z:
-        outputs = [z[f"output_{k}"] for k in range(len(z.files))]
-    return outputs, json.loads(Path(f"{stem}_ort.json").read_text())
+    def __init__(self, py: Path, onnx_path: Path, inputs: Mapping, workdir: Path, threads: int = 1,
+                 min_repeat_ms: float = 200.0, start_timeout: float = 3600.0):
+        import numpy as np
+
+        stem = workdir / onnx_path.stem
+        np.savez(f"{stem}_in.npz", **inputs)
+        self._stderr_path = Path(f"{stem}_ort.stderr")
+        self._stderr = open(self._stderr_path, "w")
+        self.samples: list[float] = []
+        self._proc = subprocess.Popen(
+            [str(py), str(EXPORT_SCRIPT), "ort-serve", str(onnx_path), f"{stem}_in.npz", f"{stem}_out.npz",
+             "--threads", str(threads), "--min-repeat-ms", str(min_repeat_ms)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True, preexec_fn=_every_cpu)
+        try:
+            self.info = json.loads(self._line(start_timeout))
+            with np.load(f"{stem}_out.npz") as z:
+                self.outputs = [z[f"output_{k}"] for k in range(len(z.files))]
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def first_run_s(self) -> float:
+        return float(self.info["first_run_s"])
+
+    def _line(self, timeout: float) -> str:
+        import select
+
+        ready, _, _ = select.select([self._proc.stdout], [], [], timeout)
+        line = self._proc.stdout.readline() if ready else ""
+        if not line:
+            if ready:
+                self._proc.wait(timeout=60)
+            self._stderr.flush()
+            why = _tail(self._stderr_path.read_text()) or f"exit status {self._proc.poll()}"
+            raise RuntimeError(f"export_onnx.py ort-serve: {'no answer in ' + str(timeout) + ' s' if not ready else why}")
+        return line
+
+    def time(self, timeout: float = 600.0) -> float:
+        """One timing: the mean seconds of as many runs as fill ``min_repeat_ms``."""
+        self._proc.stdin.write("time\n")
+        self._proc.stdin.flush()
+        seconds = float(self._line(timeout))
+        self.samples.append(seconds)
+        return seconds
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            try:
+                self._proc.stdin.write("quit\n")
+                self._proc.stdin.close()
+                self._proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self._proc.kill()
+                self._proc.wait()
+        self._stderr.close()
+
+    def __enter__(self) -> "OrtProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def export_versions(py: Path | None) -> dict | None:

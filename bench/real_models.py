@@ -35,8 +35,10 @@ before it; the order rotates; with --time-budget S, fewer rounds but at least
 minute on a Zen 1, and the wins column says how many): the median time, the
 median per-round ratio to opt3 (below 1: faster) and the rounds won. Every
 program's outputs are compared with onnxruntime's on the same seeded random
-inputs (run in the export venv with the same thread count; its median time is
-the reference column) and with opt3's: max |a - b| / max |a| (the pass's
+inputs (run in the export venv with the same thread count, kept running beside
+the bench and timed in the same interleaved rounds as TVM's programs: its
+median time is the reference column, and each variant's ratio_vs_ort and
+wins_vs_ort are paired with it) and with opt3's: max |a - b| / max |a| (the pass's
 output check's measure), passing at <= 1e-4. Zoo rows
 (--zoo, "name" or "name:small") show the zoo's wins under the defaults; they
 have no onnxruntime column.
@@ -71,7 +73,7 @@ import export_onnx
 import runtime_stats
 import tables
 import zoo_models
-from export_venv import ensure_export_venv, export_model, export_versions, run_ort
+from export_venv import OrtProcess, ensure_export_venv, export_model, export_versions
 from model_inputs import load_onnx, load_zoo, make_inputs, shapes_arg  # noqa: F401 - shapes_arg: for the tests
 from relay_eqsat.pipeline import rules_in_words
 
@@ -321,18 +323,22 @@ def timing_rounds(first_run_s: Sequence[float], wall: Sequence[bool], args) -> i
     return max(min(MIN_ROUNDS, args.rounds), min(args.rounds, fit))
 
 
-def run_variants(bound, inputs: Mapping, variants: Sequence[str], args, reference: Sequence | None) -> dict:
+def run_variants(bound, inputs: Mapping, variants: Sequence[str], args, reference: Sequence | None,
+                 ort=None) -> dict:
     """Every variant of one model: pass, dedup, build each distinct program once, time them in
     paired rounds, compare outputs. Returns ``{variant: record}``. The programs the pass's
-    runtime check built (the input and its result) are not built again."""
+    runtime check built (the input and its result) are not built again. ``ort``: onnxruntime
+    serving the model (:class:`export_venv.OrtProcess`, or anything with ``time()`` and
+    ``first_run_s``), timed in the same rounds: each variant's ``ratio_vs_ort`` and
+    ``wins_vs_ort`` are paired with its timings."""
     from relay_eqsat.passes.runtime.build import reuse_builds
 
     with reuse_builds() as reuse:
-        return _run_variants(bound, inputs, variants, args, reference, reuse)
+        return _run_variants(bound, inputs, variants, args, reference, reuse, ort)
 
 
 def _run_variants(bound, inputs: Mapping, variants: Sequence[str], args, reference: Sequence | None,
-                  reuse) -> dict:
+                  reuse, ort=None) -> dict:
     import numpy as np
 
     from relay_eqsat.passes.runtime.timing import WALL_CLOCK_S, paired_ratio, time_rounds
@@ -385,9 +391,13 @@ def _run_variants(bound, inputs: Mapping, variants: Sequence[str], args, referen
     # a program whose first run took WALL_CLOCK_S or more is timed by the wall clock: TVM's
     # time_evaluator would run it once untimed before every timing (BERT at opt_level 3: 20 s)
     wall = [first_run_s[k] >= WALL_CLOCK_S for k in order]
-    rounds = timing_rounds([first_run_s[k] for k in order], wall, args)
-    samples = dict(zip(order, time_rounds([built[k][0] for k in order], repeat=rounds,
-                                          min_repeat_ms=args.min_repeat_ms, wall=wall)))
+    also = [ort.time] if ort is not None else []
+    rounds = timing_rounds([first_run_s[k] for k in order] + [ort.first_run_s for _ in also],
+                           wall + [False for _ in also], args)
+    timed = time_rounds([built[k][0] for k in order], repeat=rounds, min_repeat_ms=args.min_repeat_ms, wall=wall,
+                        also=also)
+    samples = dict(zip(order, timed))
+    ort_samples = timed[len(order)] if also else None
     base = samples[BASELINE]
     for name in modules:
         rec, first = records[name], same[name]
@@ -402,6 +412,8 @@ def _run_variants(bound, inputs: Mapping, variants: Sequence[str], args, referen
         if name == PASS_TUNED and same.get(TVM_TUNED) in samples:  # the pass + tuning against tuning alone
             rec["ratio_vs_opt3_tuned"], rec["wins_vs_opt3_tuned"] = paired_ratio(samples[same[TVM_TUNED]],
                                                                                  samples[first])
+        if ort_samples is not None:  # onnxruntime timed in the same rounds
+            rec["ratio_vs_ort"], rec["wins_vs_ort"] = paired_ratio(ort_samples, samples[first])
         if first != name:
             rec["build_time"] = records[first].get("build_time")
         if reference is not None:
@@ -448,11 +460,13 @@ def onnx_row(name: str, py: Path | None, workdir: Path, args) -> dict:
         path, meta = export_model(py, name, Path(args.models_dir))
         row.update(onnx=str(path), export=meta)
         inputs = make_inputs(meta["inputs"], args.seed)
-        reference, row["ort"] = run_ort(py, path, inputs, workdir, args)
-        with runtime_stats.stopwatch() as took:
-            bound = load_onnx(path, meta["inputs"])
-        row["load_time"] = took()
-        row["variants"] = run_variants(bound, inputs, args.variant_list, args, reference)
+        with OrtProcess(py, path, inputs, workdir, args.threads, args.min_repeat_ms) as ort:
+            with runtime_stats.stopwatch() as took:
+                bound = load_onnx(path, meta["inputs"])
+            row["load_time"] = took()
+            row["variants"] = run_variants(bound, inputs, args.variant_list, args, ort.outputs, ort)
+            row["ort"] = {**ort.info, "median_s": statistics.median(ort.samples), "samples_s": ort.samples,
+                          "rounds": len(ort.samples), "interleaved": True}
     except Exception as e:  # noqa: BLE001 - a model failing is a result; the rest go on
         row["error"] = tables.error_text(e)
     return row

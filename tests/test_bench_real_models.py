@@ -3,6 +3,7 @@ the variants of a tiny Relay program built, timed and checked against numpy."""
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -146,6 +147,86 @@ def test_run_variants_shares_identical_programs_and_checks_outputs(monkeypatch, 
         assert trust["changed"] and trust["same_as"] is None
 
 
+class _FakeOrt:
+    """Stands in for export_venv.OrtProcess: a timing of a known length per call."""
+
+    first_run_s = 1e-3
+
+    def __init__(self, seconds):
+        self.seconds, self.samples = seconds, []
+
+    def time(self):
+        self.samples.append(self.seconds)
+        return self.seconds
+
+
+def test_onnxruntime_is_timed_in_the_same_rounds_and_paired(monkeypatch, tmp_path):
+    monkeypatch.setenv("RELAY_EQSAT_COST_DB", str(tmp_path / "costs.sqlite"))
+    bias = np.linspace(-1, 1, 8, dtype=np.float32)
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    args = real_models.parse_args(["--rounds", "3", "--min-repeat-ms", "1", "--zoo", ""])
+    ort = _FakeOrt(10.0)  # far slower than relu(x + b): every round won
+    records = real_models.run_variants(_tiny(bias), {"x": x}, ["opt3"], args, [np.maximum(x + bias, 0)], ort)
+    base = records["opt3"]
+    assert len(ort.samples) == base["rounds"] == 3  # one onnxruntime timing a round, no warm-up call
+    assert base["wins_vs_ort"] == 3 and 0 < base["ratio_vs_ort"] < 1e-3
+    assert base["ratio_vs_ort"] == pytest.approx(statistics.median(s / 10.0 for s in base["samples_s"]))
+    assert "ratio_vs_ort" not in real_models.run_variants(_tiny(bias), {"x": x}, ["opt3"], args, None)["opt3"]
+
+
+_SERVE = """import json, sys, time
+import numpy as np
+sys.path.insert(0, {bench!r})
+import export_onnx
+args = sys.argv[1:]
+assert args[0] == "ort-serve", args
+if "--fail" in open(args[1]).read():
+    print("Traceback: InvalidGraph: the model is broken", file=sys.stderr)
+    sys.exit(1)
+with np.load(args[2]) as z:
+    x = z["x"]
+np.savez(args[3], output_0=x * 2)
+print(json.dumps({{"first_run_s": 0.001, "threads": int(args[args.index("--threads") + 1])}}), flush=True)
+export_onnx.serve_timings(lambda: time.sleep(0.0005), float(args[args.index("--min-repeat-ms") + 1]),
+                          sys.stdin, sys.stdout)
+"""
+
+
+def test_ort_process_serves_outputs_then_a_timing_per_request(tmp_path, monkeypatch):
+    """The bench's side of ``export_onnx.py ort-serve`` (onnxruntime's session replaced by a sleep):
+    outputs first, then one timing per call, each at least --min-repeat-ms long; a failing helper
+    is a clear error with its stderr."""
+    export_venv = pytest.importorskip("export_venv")
+    script = tmp_path / "serve.py"
+    script.write_text(_SERVE.format(bench=str(Path(real_models.__file__).parent)))
+    monkeypatch.setattr(export_venv, "EXPORT_SCRIPT", script)
+    model = tmp_path / "m.onnx"
+    model.write_text("fine")
+    x = np.arange(6, dtype=np.float32)
+    with export_venv.OrtProcess(Path(sys.executable), model, {"x": x}, tmp_path, threads=1, min_repeat_ms=5) as ort:
+        assert np.array_equal(ort.outputs[0], x * 2) and ort.first_run_s == 0.001 and ort.info["threads"] == 1
+        times = [ort.time(), ort.time()]
+        assert all(0.0004 < t < 0.05 for t in times) and ort.samples == times
+        proc = ort._proc
+    assert proc.poll() == 0  # asked to quit, it did
+    model.write_text("--fail")
+    with pytest.raises(RuntimeError, match="InvalidGraph: the model is broken"):
+        export_venv.OrtProcess(Path(sys.executable), model, {"x": x}, tmp_path)
+
+
+def test_serve_timings_answers_time_and_refuses_anything_else(capsys):
+    import io
+
+    calls = []
+    out = io.StringIO()
+    assert real_models.export_onnx.serve_timings(lambda: calls.append(1), 0.0, io.StringIO("time\ntime\nquit\ntime\n"),
+                                                 out) == 2
+    assert len(out.getvalue().splitlines()) == 2 and len(calls) == 2  # nothing after quit
+    with pytest.raises(SystemExit) as e:
+        real_models.export_onnx.serve_timings(lambda: None, 0.0, io.StringIO("run\n"), io.StringIO())
+    assert e.value.code == 2 and "unknown command 'run'" in capsys.readouterr().err
+
+
 def _erf(shape=(16, 256)):
     """erf(0.7 x): the pass's erf-fast candidate (a bound module)."""
     import tvm
@@ -260,7 +341,7 @@ def test_onnxruntime_runs_on_every_cpu_after_tvm_pinned_the_bench(tmp_path, monk
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(before)})  # as TVM leaves the bench's process
     try:
-        out = export_venv._run_helper(Path(sys.executable), "ort")
+        out = export_venv._run_helper(Path(sys.executable), "versions")
     finally:
         os.sched_setaffinity(0, before)
     assert json.loads(out) == sorted(before) and len(before) >= 2

@@ -182,6 +182,14 @@ def test_summarize_a_run_folder_into_summaries_the_renderer_accepts(tmp_path):
         "kept": True, "changed": 21, "convolutions": 52, "ratio": 0.949, "wins": 8, "rounds": 9}}}]}
     assert ("changed: `conv-merge` 2; 21 of 52 convolutions' records chosen together (1.054×, 8/9) |"
             in results_doc.tuning_block(chosen))
+    # onnxruntime timed in the same rounds: the column is paired, and the goal counts rounds won
+    paired = {**tuned, "rows": [{**row, "over_ort": 0.93, "ort_wins": 4}]}
+    assert "| 0.930 (4/9) |" in results_doc.tuning_block(paired) and "timed in the same rounds" in \
+        results_doc.tuning_block(paired)
+    assert not results_doc._beats_ort(paired["rows"][0])  # faster by the median, but 4 of 9 rounds
+    assert results_doc._beats_ort({**row, "over_ort": 0.93, "ort_wins": 7})
+    assert not results_doc._beats_ort({**row, "over_ort": 1.02, "ort_wins": 5})
+    assert results_doc._beats_ort(row)  # an older run: medians (40 ms against 70)
 
     cost = s["cost_accuracy"]
     assert cost["machine"]["cpu"] == "Test CPU"  # named by real_models.json of the same run

@@ -144,7 +144,8 @@ def debug_overhead(times: Sequence[tuple[dict, float | None]], whole: float) -> 
 
 
 def time_rounds(modules: Sequence[graph_executor.GraphModule], number: int = 0, repeat: int = 10,
-                min_repeat_ms: int = 0, wall: Sequence[bool] | None = None) -> list[list[float]]:
+                min_repeat_ms: int = 0, wall: Sequence[bool] | None = None,
+                also: Sequence[Callable[[], float]] = ()) -> list[list[float]]:
     """Seconds per run of each graph executor module, one sample per round:
     the timings alternate between the modules (``repeat`` rounds; each timing
     averages ``number`` runs, or as many as fill ``min_repeat_ms``), so load
@@ -154,13 +155,16 @@ def time_rounds(modules: Sequence[graph_executor.GraphModule], number: int = 0, 
     whether to time it by the wall clock (:func:`wall_timer`: ``number`` runs
     a timing, no untimed run before each and no warm-up timing), for programs
     of :data:`WALL_CLOCK_S` or more, where that untimed run doubles the time a
-    timing costs."""
+    timing costs. ``also``: timers of other runtimes (each call one timing's seconds per run, already
+    warm; onnxruntime's in a bench), interleaved with the modules' timings; their samples follow
+    the modules'."""
     wall = [False] * len(modules) if wall is None else list(wall)
     if len(wall) != len(modules):
         raise ValueError(f"wall: {len(wall)} flags for {len(modules)} modules")
     timers = [wall_timer(m, max(1, number)) if w else timer(m, max(1, number), 1, min_repeat_ms)
               for m, w in zip(modules, wall)]
-    return interleave([lambda r, t=t: t() for t in timers], repeat, warmup=[not w for w in wall])
+    return interleave([lambda r, t=t: t() for t in timers] + [lambda r, t=t: [t()] for t in also], repeat,
+                      warmup=[not w for w in wall])
 
 
 def interleave(timers: Sequence[Callable[[int], list[float]]], rounds: int,
