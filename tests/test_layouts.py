@@ -4,6 +4,8 @@ to its history, trials are not measured again, and the program computes what it 
 from __future__ import annotations
 
 import collections
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -49,6 +51,7 @@ def test_a_log_rewritten_to_a_choice_keeps_every_trial_and_builds_with_the_chose
     mod, tasks, text = tuned_chain
     log = tmp_path / "chain.log"
     log.write_text(text)
+    log.chmod(0o640)
     fastest = layouts._fastest(str(log))
     # choose, for the first convolution, a record that is not its fastest
     records = [r for _, r in layouts._lines(str(log)) if layouts._ok(r)]
@@ -57,6 +60,10 @@ def test_a_log_rewritten_to_a_choice_keeps_every_trial_and_builds_with_the_chose
     moved = layouts.apply_choice(str(log), [other])
     kept, history = lines(log.read_text()), lines((tmp_path / "chain.log.trials").read_text())
     assert moved == len(history) == 5
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert stat.S_IMODE(log.stat().st_mode) == 0o640  # the user's file keeps its permissions
+    assert stat.S_IMODE((tmp_path / "chain.log.trials").stat().st_mode) == 0o666 & ~umask  # a new file: as open()
     assert collections.Counter(kept + history) == collections.Counter(lines(text))  # nothing lost, nothing twice
     assert layouts._fastest(str(log)) == {**fastest, key: other[0].config.index}
     # tuning counts the moved records as trials measured: a resumed run measures nothing again

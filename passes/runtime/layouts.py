@@ -166,8 +166,16 @@ def split_log(path: str, chosen) -> tuple[list[str], list[str]]:
 
 
 def _write(path: str, lines) -> None:
-    """``lines`` as the file ``path``, replaced at once (a file beside it renamed over it)."""
+    """``lines`` as the file ``path``, replaced at once (a file beside it renamed over it), with the
+    permissions ``path`` had (a new file: those the umask gives, as ``open`` would)."""
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".layouts.", suffix=".log")
+    try:
+        mode = os.stat(path).st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    os.fchmod(fd, mode)
     with os.fdopen(fd, "w") as f:
         f.writelines(line if line.endswith("\n") else line + "\n" for line in lines)
     os.replace(tmp, path)
