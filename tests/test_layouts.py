@@ -114,3 +114,42 @@ def test_a_program_without_convolutions_keeps_its_log(tmp_path):
     report = layouts.choose(mod, str(log), host_target())
     assert report["kept"] is False and report["reason"] == "no convolution" and report["convolutions"] == 0
     assert log.read_text() == text and not (tmp_path / "dense.log.trials").exists()
+
+
+@pytest.mark.parametrize("children", [True, False])
+def test_both_programs_build_under_their_own_records_in_children_or_here(tuned_chain, tmp_path, monkeypatch, children):
+    """The choice and each kernel's fastest are built at once in child processes where they can be,
+    else one after the other here: either way each under its own records."""
+    from relay_eqsat.passes.runtime import builder
+    from relay_eqsat.passes.runtime.build import executor, set_inputs
+
+    mod, tasks, text = tuned_chain
+    log = tmp_path / "chain.log"
+    log.write_text(text)
+    records = [r for _, r in layouts._lines(str(log)) if layouts._ok(r)]
+    # the trial log: the first convolution's fastest record made another output channel block
+    # (one the trials did not choose), so the program built under it has other tensor shapes
+    task = tasks[0].task
+    space = task.config_space
+    fastest_oc = next(r for r in records if tuning.task_key(r[0].task) == tuning.task_key(task)
+                      and r[0].config.index == layouts._fastest(str(log))[tuning.task_key(task)])[0].config["tile_oc"]
+    index = next(i for i in range(len(space)) if space.get(i)["tile_oc"].size[-1] != fastest_oc.size[-1])
+    crafted = autotvm.record.encode(autotvm.MeasureInput(records[0][0].target, task, space.get(index)),
+                                    autotvm.MeasureResult((1e-9,), 0, 0.0, 0.0))
+    trial = tmp_path / "trial.log"
+    trial.write_text(text + crafted + "\n")
+    if not children:
+        monkeypatch.setattr(builder, "unavailable", lambda target, remote=False: "not here")
+    built = layouts._build_both(mod, host_target(), (load_records(str(log)), load_records(str(trial))))
+    assert [isinstance(b, builder.Prebuilt) for b in built] == [children, children]
+    inputs = random_inputs({"x": ([1, 8, 14, 14], "float32")}, seed=0)
+    want = run(build(mod), inputs)[0]
+    for lib in built:
+        m = executor(lib, tvm.cpu(0))
+        set_inputs(m, inputs)
+        m.run()
+        np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    # each under its own records: the graph each one's records give in this process
+    for lib, path in zip(built, (log, trial)):
+        assert lib.get_graph_json() == build(mod, records=load_records(str(path))).get_graph_json()
+    assert built[0].get_graph_json() != built[1].get_graph_json()
