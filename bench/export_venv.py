@@ -118,12 +118,12 @@ class OrtProcess:
 
         ready, _, _ = select.select([self._proc.stdout], [], [], timeout)
         line = self._proc.stdout.readline() if ready else ""
-        if not line:
-            if ready:
-                self._proc.wait(timeout=60)
-            self._stderr.flush()
-            why = _tail(self._stderr_path.read_text()) or f"exit status {self._proc.poll()}"
-            raise RuntimeError(f"export_onnx.py ort-serve: {'no answer in ' + str(timeout) + ' s' if not ready else why}")
+        if not line and not ready:
+            raise RuntimeError(f"export_onnx.py ort-serve: no answer in {timeout} s")
+        if not line:  # it ended: why is on its stderr
+            self._proc.wait(timeout=60)
+            why = _tail(self._stderr_path.read_text()) or f"exit status {self._proc.returncode}"
+            raise RuntimeError(f"export_onnx.py ort-serve: {why}")
         return line
 
     def time(self, timeout: float = 600.0) -> float:

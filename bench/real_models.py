@@ -392,8 +392,8 @@ def _run_variants(bound, inputs: Mapping, variants: Sequence[str], args, referen
     # time_evaluator would run it once untimed before every timing (BERT at opt_level 3: 20 s)
     wall = [first_run_s[k] >= WALL_CLOCK_S for k in order]
     also = [ort.time] if ort is not None else []
-    rounds = timing_rounds([first_run_s[k] for k in order] + [ort.first_run_s for _ in also],
-                           wall + [False for _ in also], args)
+    rounds = timing_rounds([first_run_s[k] for k in order] + ([ort.first_run_s] if also else []),
+                           wall + [False] * len(also), args)
     timed = time_rounds([built[k][0] for k in order], repeat=rounds, min_repeat_ms=args.min_repeat_ms, wall=wall,
                         also=also)
     samples = dict(zip(order, timed))

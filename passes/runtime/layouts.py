@@ -87,17 +87,18 @@ def joint_records(mod: tvm.IRModule, path: str, target: str, convolutions=None) 
     from tvm import relay
     from tvm.autotvm.graph_tuner import DPTuner
 
-    from .tuning import _measure_fallback, measure_option, task_key
+    from .tuning import _log, _measure_fallback, measure_option, task_key
 
     typed = relay.transform.InferType()(mod)
     shapes = _input_shapes(typed)
-    records = [r for _, r in _lines(path) + _lines(history(path)) if _ok(r)]
+    records = [r for r in _log(path) if _ok(r)]
     have = {task_key(inp.task) for inp, _ in records}
     fallbacks = 0
     for t in _convolution_tasks(typed, target) if convolutions is None else convolutions:
         if t.key not in have:  # the graph tuner needs each convolution's candidates
             fallbacks += len(_measure_fallback(t.task, measure_option(), path))
-    records = [r for _, r in _lines(path) + _lines(history(path)) if _ok(r)]
+    if fallbacks:  # appended to the log
+        records = [r for r in _log(path) if _ok(r)]
     with tempfile.TemporaryDirectory() as tmp, _quiet():
         try:
             tuner = DPTuner(typed["main"], shapes, records, [relay.op.get("nn.conv2d")],
