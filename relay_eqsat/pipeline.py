@@ -19,6 +19,7 @@ from relay_eqsat.cost.calibrate import Calibrator
 from relay_eqsat.cost.instance import instances_from_graph
 from relay_eqsat.cost.inlining import fusion_cuts
 from .egraph import EGraph
+from .finishing import finish, finishing_rules, search_rules
 from .extract import get_extractor
 from .graph import TensorGraph
 from .options import DEFAULTS, OPTIMIZER_OPTIONS, validate
@@ -249,7 +250,7 @@ def _same_program(a: TensorGraph, b: TensorGraph) -> bool:
     return a.output == b.output and a.nodes == b.nodes
 
 
-def _alternatives(egraph, candidates: Sequence[tuple], out: TensorGraph, below: float,
+def _alternatives(rules_in, candidates: Sequence[tuple], out: TensorGraph, below: float,
                   cost_model) -> list[Candidate]:
     """Calibration's candidates other than ``out`` (each distinct once) that the measured kernels
     price below ``below``, cheapest first, at most :data:`RUNTIME_ALTERNATIVES`."""
@@ -259,7 +260,7 @@ def _alternatives(egraph, candidates: Sequence[tuple], out: TensorGraph, below: 
             continue
         cost = cost_model.graph_cost(g)
         if cost < below:
-            found.append(Candidate(g, cost, rules_in_program(egraph, solution.info.get("enodes", ()))))
+            found.append(Candidate(g, cost, rules_in(g, solution)))
     return sorted(found, key=lambda c: c.cost)[:RUNTIME_ALTERNATIVES]
 
 
@@ -316,7 +317,7 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     limits = opts.limits
     ts = time.perf_counter()
     scheduler = get_scheduler(opts.search, opts, root=root)  # None: no search
-    srep = None if scheduler is None else scheduler.run(egraph, rules, limits, cost_model.node_cost)
+    srep = None if scheduler is None else scheduler.run(egraph, search_rules(rules), limits, cost_model.node_cost)
     if srep is not None and srep.info:  # what the scheduler adds (MCTS: its counters), its history left out
         rep.info[opts.search] = {k: v for k, v in srep.info.items() if k != "history"}
     rep.search_time = time.perf_counter() - ts
@@ -329,7 +330,8 @@ def optimize_graph(graph: TensorGraph, options: OptimizeOptions | Mapping[str, A
     rep.egraph_nodes, rep.egraph_classes = egraph.num_nodes, egraph.num_classes
     rep.info["type_mismatch"] = egraph.type_mismatches  # rule applications skipped: right side's type differs
 
-    choice = _Choice(egraph, root, graph, cost_model, get_extractor(opts.final_extractor), opts, progress)
+    choice = _Choice(egraph, root, graph, cost_model, get_extractor(opts.final_extractor), opts, progress,
+                     finishing_rules(rules))
     deferred = calibrate and runtime_decides and calibrate_after_check
     te = time.perf_counter()
     calibrator = None
@@ -365,18 +367,33 @@ class _Choice:
     """Extracting from one searched e-graph: the calibration rounds and the decision."""
 
     def __init__(self, egraph, root, graph: TensorGraph, cost_model, extractor, opts: OptimizeOptions,
-                 progress: bool | None):
+                 progress: bool | None, finishing: Sequence = ()):
         self.egraph, self.root, self.graph, self.cost_model = egraph, root, graph, cost_model
         self.extractor, self.opts, self.progress = extractor, opts, progress
+        self.finishing = list(finishing)
+        self.finished: dict[int, dict[str, int]] = {}  # id of an extracted program -> finishing's rules in it
 
     def extract(self) -> tuple[TensorGraph, Any]:
+        """The e-graph's extraction, finished (`relay_eqsat.finishing`) with the finishing rules."""
         opts, cost_model = self.opts, self.cost_model
+        program_cost = getattr(cost_model, "program_cost", None)
         with ticking(f"extracting ({self.extractor.name})", opts.extract_time_limit, enabled=self.progress):
             out, solution = self.extractor.extract_graph(self.egraph, self.root, cost_model.node_cost,
-                                                         opts.extract_time_limit,
-                                                         program_cost=getattr(cost_model, "program_cost", None))
-        log.debug("extracted (%s): cost %.6g, %s", self.extractor.name, solution.cost, solution.status)
-        return out.compact(), solution
+                                                         opts.extract_time_limit, program_cost=program_cost)
+            log.debug("extracted (%s): cost %.6g, %s", self.extractor.name, solution.cost, solution.status)
+            done = finish(out.compact(), self.finishing, cost_model.node_cost, self.extractor,
+                          cost_model.graph_cost, opts.extract_time_limit, opts.cycle_filter, program_cost)
+        if done.changed:
+            self.finished[id(done.graph)] = rules_in_program(done.egraph, done.enodes)
+        return done.graph, solution
+
+    def rules_in(self, out: TensorGraph, solution) -> dict[str, int]:
+        """Per rule, the nodes of ``out`` its applications added: in the search's e-graph (the
+        solution's) and in finishing."""
+        counts = rules_in_program(self.egraph, solution.info.get("enodes", ()))
+        for rule, n in self.finished.get(id(out), {}).items():
+            counts[rule] = counts.get(rule, 0) + n
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
     def cheaper(self, out: TensorGraph) -> bool:
         return self.cost_model.graph_cost(out) < self.cost_model.graph_cost(self.graph) * (1 - 1e-6)
@@ -420,7 +437,7 @@ class _Choice:
                 out, solution = candidates[0]  # measured kernels favour no candidate: the runtime will decide
                 rep.info["calibration"]["vetoed"] = True
             elif runtime_decides:  # what a result must cost to be kept (below): the alternatives too
-                rep.alternatives = [c for c in _alternatives(self.egraph, candidates, out,
+                rep.alternatives = [c for c in _alternatives(self.rules_in, candidates, out,
                                                              rep.cost_before / (1 + min_gain) * (1 - 1e-6),
                                                              cost_model)
                                     if rejected is None or not _same_program(c.graph, rejected)]
@@ -428,7 +445,7 @@ class _Choice:
         rep.info["extraction_cost"] = solution.cost
 
         check_equivalent_interface(graph, out)
-        rep.rules_in_result = rules_in_program(self.egraph, solution.info.get("enodes", ()))
+        rep.rules_in_result = self.rules_in(out, solution)
         rep.cost_after = cost_model.graph_cost(out)
         rep.nodes_after = len(out)
         rep.ops_after = out.op_counts()

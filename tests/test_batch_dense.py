@@ -48,12 +48,14 @@ def inputs(g: TensorGraph, seed=0) -> dict:
 
 # -- the rule (no TVM) ----------------------------------------------------------------------------
 
-def rewrites(b, n_b, ta=False, tb=True, m=3, k=4, n=5) -> bool:
-    """Whether the rule applies to one batch_matmul [b, m, k] x [n_b, n, k] (transposes as given)."""
+def rewrites(b, n_b, ta=False, tb=True, m=3, k=4, n=5, const_b=False) -> bool:
+    """Whether the rule applies to one batch_matmul [b, m, k] x [n_b, n, k] (transposes as given;
+    ``const_b``: the right operand a constant)."""
     rule = next(r for r in resolve_rules("default") if r.name == RULE)
     g = TensorGraph()
     x = g.var("a", (b, k, m) if ta else (b, m, k))
-    y = g.var("b", (n_b, n, k) if tb else (n_b, k, n))
+    shape_b = (n_b, n, k) if tb else (n_b, k, n)
+    y = g.const(np.ones(shape_b, "float32"), "b") if const_b else g.var("b", shape_b)
     g.set_output(g.add("nn.batch_matmul", [x, y], {"transpose_a": ta, "transpose_b": tb, "out_dtype": ""}))
     eg = EGraph()
     eg.add_graph(g)
@@ -74,6 +76,13 @@ def test_the_rule_is_shipped_verified_and_kept_off_gpus():
 ])
 def test_the_rule_applies_to_the_nt_form_with_equal_batches_only(b, n_b, ta, tb, want):
     assert rewrites(b, n_b, ta, tb) == want
+
+
+def test_one_entry_by_a_constant_is_left_to_the_dense_rule():
+    """A linear layer of a [1, M, K] input (BERT's every one) is batch-matmul-const-to-dense-tb's
+    plain dense: a one-entry stack would end the dense's kernel before its epilogue."""
+    assert not rewrites(1, 1, const_b=True)
+    assert rewrites(1, 1) and rewrites(4, 4, const_b=True)
 
 
 # -- the cost model (no TVM) ----------------------------------------------------------------------

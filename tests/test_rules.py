@@ -77,6 +77,59 @@ def test_parse_errors_are_reported():
         parse_rules("rule a\n lhs (nn.relu ?x)\n rhs ?x\nrule a\n lhs (nn.relu ?x)\n rhs ?x\n")
 
 
+def test_for_clause_writes_one_rule_per_op():
+    rules = parse_rules("""
+    rule sink
+      for   $f tanh sigmoid
+      lhs   ($f (reshape ?x :newshape ?s))
+      rhs   (reshape ($f ?x) :newshape ?s)
+      example ?x [2,6] ?s [3,4]
+    rule plain
+      lhs (nn.relu ?x)
+      rhs (nn.relu (nn.relu ?x))
+      example ?x [3]
+    """)
+    assert [r.name for r in rules] == ["sink.tanh", "sink.sigmoid", "plain"]
+    assert rules[0].lhs_text == ["(tanh (reshape ?x :newshape ?s))"]
+    assert rules[1].lhs_text == ["(sigmoid (reshape ?x :newshape ?s))"]
+    for r in rules:
+        assert verify_rule(r, r.examples).ok
+
+
+@pytest.mark.parametrize("clause", [
+    "for $f",                      # no op
+    "for f tanh",                  # not a $variable
+    "for $f tanh tanh",            # an op twice
+    "for $f tanh\n  for $g exp",   # two for clauses
+    "for $g tanh",                 # the lhs does not use it
+])
+def test_for_clause_errors(clause):
+    with pytest.raises(RuleSyntaxError):
+        parse_rules(f"rule r\n  {clause}\n  lhs ($f ?x)\n  rhs ($f ?x)\n")
+    with pytest.raises(RuleSyntaxError, match=r"\$h is not"):
+        parse_rules("rule r\n  for $f tanh\n  lhs ($f ?x)\n  rhs ($h ?x)\n")
+
+
+def test_phase_clause():
+    rules = parse_rules("""
+    rule a
+      lhs (nn.relu ?x)
+      rhs (nn.relu (nn.relu ?x))
+    rule b
+      phase finish
+      lhs (nn.relu ?x)
+      rhs (nn.relu (nn.relu ?x))
+    rule c
+      phase both
+      lhs (nn.relu ?x)
+      rhs (nn.relu (nn.relu ?x))
+    """)
+    assert [r.phase for r in rules] == ["search", "finish", "both"]
+    for bad in ("phase later", "phase finish\n  phase both"):
+        with pytest.raises(RuleSyntaxError, match="phase"):
+            parse_rules(f"rule r\n  {bad}\n  lhs (nn.relu ?x)\n  rhs ?x\n")
+
+
 def test_comments_continuations_and_multi_line_clauses():
     rules = parse_rules("""
     # leading comment

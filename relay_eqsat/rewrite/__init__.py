@@ -53,6 +53,17 @@ one ending inside open brackets, continues the previous clause):
     value, ``?a.key VALUE`` one attribute of a whole-attribute variable.
     A rule may have several examples; every shipped rule needs one. A rule
     without one is verified on instances drawn from its own patterns.
+``for $f OP1 OP2 ...``
+    The rule is written once for several ops: it stands for one rule per
+    ``OPi``, named ``NAME.OPi``, with ``$f`` replaced by ``OPi`` in its other
+    clauses (``(erf ?x)``, ``(tanh ?x)``... from ``($f ?x)``).
+``phase finish`` / ``phase both``
+    When the rule runs: by default (``search``) in the e-graph search only;
+    ``finish``: only in the finishing of the extracted program
+    (:mod:`relay_eqsat.finishing`: an e-graph of that program saturated with
+    these rules alone, and extracted again), for cheap clean-ups whose chains
+    are longer than the search's iterations reach and whose every variant of
+    the search's e-graph would only fill it; ``both``: in both.
 ``avoid cpu`` / ``avoid gpu`` / ``avoid avx512`` / ``avoid tuned``
     The rule is not used when optimizing for that kind of device (the
     target's kind: ``llvm``/``c`` are cpu; ``cuda``, ``rocm``, ``vulkan``...

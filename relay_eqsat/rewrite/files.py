@@ -17,7 +17,9 @@ from .language import (NOT_LITERAL, RuleSyntaxError, Sym, compile_expr, is_var, 
 from .patterns import parse_pattern, parse_template
 from .rule import Rule
 
-_CLAUSES = ("rule", "lhs", "rhs", "let", "where", "example", "avoid", "approx")
+_CLAUSES = ("rule", "for", "lhs", "rhs", "let", "where", "example", "avoid", "approx", "phase")
+#: the phases a ``phase`` clause names: the e-graph search, the finishing of the extracted program, both
+PHASES = ("search", "finish", "both")
 
 
 def _strip_comment(line: str) -> str:
@@ -72,14 +74,40 @@ def parse_rules(text: str, origin: str = "<string>") -> list[Rule]:
             clause[1] += " " + line
     rules = []
     names = set()
-    for lineno, name, clauses in blocks:
-        where = f"{origin}:{lineno} rule {name}"
-        if name in names:
-            raise RuleSyntaxError(f"{where}: duplicate rule name")
-        names.add(name)
-        rules.append(_build_rule(name, clauses, where))
-        rules[-1].origin = f"{origin}:{lineno}"
+    for lineno, family, family_clauses in blocks:
+        for name, clauses in _expand(family, family_clauses, f"{origin}:{lineno} rule {family}"):
+            where = f"{origin}:{lineno} rule {name}"
+            if name in names:
+                raise RuleSyntaxError(f"{where}: duplicate rule name")
+            names.add(name)
+            rules.append(_build_rule(name, clauses, where))
+            rules[-1].origin = f"{origin}:{lineno}"
     return rules
+
+
+_LOOP_VAR = re.compile(r"\$[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _expand(name: str, clauses: list, where: str) -> list[tuple[str, list]]:
+    """A rule's ``(name, clauses)``; with a ``for $v OP...`` clause, one rule per ``OP``, named
+    ``name.OP``, with ``$v`` replaced by ``OP`` in every other clause."""
+    loops = [body for kw, body in clauses if kw == "for"]
+    if not loops:
+        return [(name, clauses)]
+    words = loops[0].split()
+    if len(loops) > 1 or len(words) < 2 or not _LOOP_VAR.fullmatch(words[0]):
+        raise RuleSyntaxError(f"{where}: one clause for $name OP OP... (the ops the rule is written for)")
+    var, values = words[0], words[1:]
+    bad = [v for v in values if not re.fullmatch(r"[A-Za-z0-9_.]+", v)]
+    if bad or len(set(values)) != len(values):
+        raise RuleSyntaxError(f"{where}: for {var} takes distinct op names, got {' '.join(values)}")
+    body = [(kw, text) for kw, text in clauses if kw != "for"]
+    unknown = {m for _, text in body for m in _LOOP_VAR.findall(text)} - {var}
+    if unknown:
+        raise RuleSyntaxError(f"{where}: {', '.join(sorted(unknown))} is not the for clause's {var}")
+    if not any(var in text for kw, text in body if kw == "lhs"):
+        raise RuleSyntaxError(f"{where}: the lhs does not use {var}")
+    return [(f"{name}.{v}", [[kw, text.replace(var, v)] for kw, text in body]) for v in values]
 
 
 def _build_rule(name: str, clauses: list, where: str) -> Rule:
@@ -136,12 +164,17 @@ def _build_rule(name: str, clauses: list, where: str) -> Rule:
                 if body.strip():  # comments are stripped already
                     raise RuleSyntaxError(f"{where}: approx takes nothing (a comment may say why)")
                 approx = True
+        phases = [body.strip() for kw, body in clauses if kw == "phase"]
+        if len(phases) > 1 or (phases and phases[0] not in PHASES):
+            raise RuleSyntaxError(f"{where}: one phase clause, one of {', '.join(PHASES)}")
+        phase = phases[0] if phases else "search"
     except RuleSyntaxError:
         raise
     except (ValueError, IndexError) as e:
         raise RuleSyntaxError(f"{where}: {e}") from e
     source = "\n".join(f"  {kw} {body}" for kw, body in clauses)
-    return Rule(name, lhs, rhs, lets, conds, examples, kinds, source, lhs_text, avoid=tuple(avoid), approx=approx)
+    return Rule(name, lhs, rhs, lets, conds, examples, kinds, source, lhs_text, avoid=tuple(avoid), approx=approx,
+                phase=phase)
 
 
 #: the device kinds an ``avoid`` clause names: ``avx512`` is a CPU whose TVM code uses AVX-512

@@ -38,6 +38,7 @@ class Rule:
     origin: str = ""                # "file:line" of its ``rule`` line (error messages)
     avoid: tuple[str, ...] = ()     # device kinds the rule is not used for ("cpu", "gpu"): ``avoid`` clause
     approx: bool = False            # the right side approximates the left (``approx`` clause; option fast_math)
+    phase: str = "search"           # "search", "finish" or "both" (``phase`` clause; relay_eqsat.finishing)
 
     def __post_init__(self):
         if len(self.lhs) != len(self.rhs):
