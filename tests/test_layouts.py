@@ -105,6 +105,36 @@ def test_the_choice_is_timed_against_each_kernel_s_fastest_and_kept_only_when_fa
             assert "ratio" in report and "wins" in report
 
 
+def test_a_second_choice_on_the_same_log_is_remembered(tuned_chain, tmp_path, monkeypatch):
+    """The verdict is kept beside the log: a run on the same program and log (as the first choice
+    left it) returns it without choosing again; a log with other trials is chosen on again."""
+    mod, _, text = tuned_chain
+    log = tmp_path / "chain.log"
+    log.write_text(text)
+    first = layouts.choose(mod, str(log), host_target(), rounds=3)
+    assert (tmp_path / "chain.log.choice").exists() and not first.get("remembered")
+    after = log.read_text()
+
+    def no_second_choice(*args, **kwargs):
+        raise AssertionError("chosen again")
+    monkeypatch.setattr(layouts, "joint_records", no_second_choice)
+    again = layouts.choose(mod, str(log), host_target(), rounds=3)
+    assert again["remembered"] and again["moved"] == 0
+    assert {k: again[k] for k in ("kept", "reason", "convolutions", "changed")} == \
+        {k: first[k] for k in ("kept", "reason", "convolutions", "changed")}
+    assert "remembered" in layouts.layouts_in_words(again) and log.read_text() == after
+    # other trials in the log (one record fewer): the verdict is not this log's
+    log.write_text("\n".join(lines(after)[1:]) + "\n")
+    with pytest.raises(AssertionError, match="chosen again"):
+        layouts.choose(mod, str(log), host_target(), rounds=3)
+    # nor another program's, and a damaged memo is no verdict
+    log.write_text(after)
+    assert layouts._remembered(conv_chain(), str(log), host_target()) is not None
+    assert layouts._remembered(dense_relu(), str(log), host_target()) is None
+    (tmp_path / "chain.log.choice").write_text("{not json")
+    assert layouts._remembered(mod, str(log), host_target()) is None
+
+
 def test_a_program_without_convolutions_keeps_its_log(tmp_path):
     mod = dense_relu()
     tasks = [t for t in tuning.plan_trials(tuning.program_tasks({"the input": mod}, host_target()), 2, 1) if t.trials]

@@ -15,11 +15,15 @@ if the program built under it beats the program built under each kernel's fastes
 chosen records in the log the program is built with (what ``tvmc compile --tuning-records`` reads);
 the records of those convolutions it displaces move to the log's history beside it
 (:func:`.records.history`). Tuning reads the history as trials measured (:func:`.tuning.records_per_task`):
-a resumed run measures none of them again.
+a resumed run measures none of them again. The verdict is kept beside the log (``<log>.choice``):
+a later run on the same program, log, target, machine and thread count returns it without
+choosing again (EfficientNet-B0's choice takes minutes, Zen 3).
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import tempfile
@@ -40,6 +44,8 @@ CANDIDATES = 8
 #: measured 0.945 and 0.952 of the time on a noisy machine won only 5 and 7 (bench_tuning_12), below
 #: the 8 that 9 rounds need
 ROUNDS = 27
+#: the file beside a log that keeps the last choice's verdict on it (:func:`_remembered`)
+MEMO_SUFFIX = ".choice"
 
 
 class LayoutChoiceError(RuntimeError):
@@ -215,13 +221,17 @@ def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None)
     convolutions = _convolution_tasks(mod, target)
     if not convolutions:
         return dict(out, reason="no convolution", seconds=time.perf_counter() - t0)
+    remembered = _remembered(mod, path, target)
+    if remembered is not None:  # chosen on this log as it is now: nothing would come out otherwise
+        return dict(remembered, remembered=True, moved=0, seconds=time.perf_counter() - t0)
     chosen, fallbacks = joint_records(mod, path, target, convolutions)
     best = _fastest(path)
     changed = [r for r in chosen if best.get(task_key(r[0].task)) != r[0].config.index]
     out.update(convolutions=len(chosen), changed=len(changed), fallbacks=fallbacks)
     if not changed:
-        return dict(out, reason="each convolution's fastest record is the joint choice",
-                    seconds=time.perf_counter() - t0)
+        out["reason"] = "each convolution's fastest record is the joint choice"
+        _remember(mod, path, target, out)
+        return dict(out, seconds=time.perf_counter() - t0)
     rounds = rounds or ROUNDS
     with tempfile.TemporaryDirectory() as tmp:
         trial = os.path.join(tmp, "choice.log")
@@ -248,7 +258,42 @@ def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None)
                    reason=f"faster: median ratio {ratio:.3f}, {wins}/{rounds} rounds")
     else:
         out["reason"] = f"not faster: median ratio {ratio:.3f}, {wins}/{rounds} rounds"
-    return dict(out, seconds=time.perf_counter() - t0)
+    out["seconds"] = time.perf_counter() - t0
+    _remember(mod, path, target, out)
+    return out
+
+
+def _memo_key(mod: tvm.IRModule, path: str, target: str) -> str:
+    """What a choice's verdict rests on: the program, the log's content, the target, this machine and
+    the runtime's thread count."""
+    from .target import host_target
+    from .verdicts import program_hash, runtime_threads
+
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    return "|".join([program_hash(mod), digest, str(target), host_target(), runtime_threads()])
+
+
+def _remembered(mod: tvm.IRModule, path: str, target: str) -> dict[str, Any] | None:
+    """The report of the choice last made on ``mod`` with the log ``path`` as it is now (the log
+    after it: a kept choice's records, a rejected one's log as tuned), or None."""
+    try:
+        with open(path + MEMO_SUFFIX) as f:
+            stored = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(stored, dict) or stored.get("key") != _memo_key(mod, path, target):
+        return None
+    report = stored.get("report")
+    return report if isinstance(report, dict) else None
+
+
+def _remember(mod: tvm.IRModule, path: str, target: str, report: dict[str, Any]) -> None:
+    """Keep the choice's verdict beside the log, keyed by the log as the choice left it."""
+    try:
+        _write(path + MEMO_SUFFIX, [json.dumps({"key": _memo_key(mod, path, target), "report": report}) + "\n"])
+    except OSError as e:  # the choice is in the log: only the next run's shortcut is lost
+        log.warning("the convolutions' choice could not be remembered beside %s: %s", path, e)
 
 
 def _build_both(mod: tvm.IRModule, target: str, record_sets) -> list:
@@ -283,4 +328,5 @@ def layouts_in_words(report) -> str:
     return (f"{report['changed']} of {report['convolutions']} convolutions' records differ from each one's "
             f"fastest" + (f" ({report['fallbacks']} fallbacks timed first)" if report.get("fallbacks") else "")
             + f"; {report['reason']}" + ("; kept" if report.get("kept") else "; each kernel's fastest kept")
-            + (f" ({report['seconds']:.0f} s)" if "seconds" in report else ""))
+            + (" (remembered from an earlier run)" if report.get("remembered")
+               else f" ({report['seconds']:.0f} s)" if "seconds" in report else ""))
