@@ -129,10 +129,10 @@ def test_a_second_choice_on_the_same_log_is_remembered(tuned_chain, tmp_path, mo
         layouts.choose(mod, str(log), host_target(), rounds=3)
     # nor another program's, and a damaged memo is no verdict
     log.write_text(after)
-    assert layouts._remembered(conv_chain(), str(log), host_target()) is not None
-    assert layouts._remembered(dense_relu(), str(log), host_target()) is None
+    assert layouts._remembered(layouts._program_key(conv_chain(), host_target()), str(log)) is not None
+    assert layouts._remembered(layouts._program_key(dense_relu(), host_target()), str(log)) is None
     (tmp_path / "chain.log.choice").write_text("{not json")
-    assert layouts._remembered(mod, str(log), host_target()) is None
+    assert layouts._remembered(layouts._program_key(mod, host_target()), str(log)) is None
 
 
 def test_a_program_without_convolutions_keeps_its_log(tmp_path):

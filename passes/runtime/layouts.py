@@ -221,7 +221,8 @@ def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None)
     convolutions = _convolution_tasks(mod, target)
     if not convolutions:
         return dict(out, reason="no convolution", seconds=time.perf_counter() - t0)
-    remembered = _remembered(mod, path, target)
+    program = _program_key(mod, target)
+    remembered = _remembered(program, path)
     if remembered is not None:  # chosen on this log as it is now: nothing would come out otherwise
         return dict(remembered, remembered=True, moved=0, seconds=time.perf_counter() - t0)
     chosen, fallbacks = joint_records(mod, path, target, convolutions)
@@ -230,7 +231,7 @@ def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None)
     out.update(convolutions=len(chosen), changed=len(changed), fallbacks=fallbacks)
     if not changed:
         out["reason"] = "each convolution's fastest record is the joint choice"
-        _remember(mod, path, target, out)
+        _remember(program, path, out)
         return dict(out, seconds=time.perf_counter() - t0)
     rounds = rounds or ROUNDS
     with tempfile.TemporaryDirectory() as tmp:
@@ -259,39 +260,44 @@ def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None)
     else:
         out["reason"] = f"not faster: median ratio {ratio:.3f}, {wins}/{rounds} rounds"
     out["seconds"] = time.perf_counter() - t0
-    _remember(mod, path, target, out)
+    _remember(program, path, out)
     return out
 
 
-def _memo_key(mod: tvm.IRModule, path: str, target: str) -> str:
-    """What a choice's verdict rests on: the program, the log's content, the target, this machine and
-    the runtime's thread count."""
+def _program_key(mod: tvm.IRModule, target: str) -> str:
+    """What a choice's verdict rests on besides the log: the program, the target, this machine and the
+    runtime's thread count."""
     from .target import host_target
     from .verdicts import program_hash, runtime_threads
 
+    return "|".join([program_hash(mod), str(target), host_target(), runtime_threads()])
+
+
+def _memo_key(program: str, path: str) -> str:
+    """``program`` (:func:`_program_key`) with the log's content."""
     with open(path, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
-    return "|".join([program_hash(mod), digest, str(target), host_target(), runtime_threads()])
+        return program + "|" + hashlib.sha256(f.read()).hexdigest()
 
 
-def _remembered(mod: tvm.IRModule, path: str, target: str) -> dict[str, Any] | None:
-    """The report of the choice last made on ``mod`` with the log ``path`` as it is now (the log
-    after it: a kept choice's records, a rejected one's log as tuned), or None."""
+def _remembered(program: str, path: str) -> dict[str, Any] | None:
+    """The report of the choice last made on the program ``program`` (:func:`_program_key`) with the
+    log ``path`` as it is now (the log after it: a kept choice's records, a rejected one's log as
+    tuned), or None."""
     try:
         with open(path + MEMO_SUFFIX) as f:
             stored = json.load(f)
     except (OSError, ValueError):
         return None
-    if not isinstance(stored, dict) or stored.get("key") != _memo_key(mod, path, target):
+    if not isinstance(stored, dict) or stored.get("key") != _memo_key(program, path):
         return None
     report = stored.get("report")
     return report if isinstance(report, dict) else None
 
 
-def _remember(mod: tvm.IRModule, path: str, target: str, report: dict[str, Any]) -> None:
+def _remember(program: str, path: str, report: dict[str, Any]) -> None:
     """Keep the choice's verdict beside the log, keyed by the log as the choice left it."""
     try:
-        _write(path + MEMO_SUFFIX, [json.dumps({"key": _memo_key(mod, path, target), "report": report}) + "\n"])
+        _write(path + MEMO_SUFFIX, [json.dumps({"key": _memo_key(program, path), "report": report}) + "\n"])
     except OSError as e:  # the choice is in the log: only the next run's shortcut is lost
         log.warning("the convolutions' choice could not be remembered beside %s: %s", path, e)
 
