@@ -29,7 +29,11 @@ the sweep's tiers and the kernels of their grown e-graphs) and a znver4 model tr
 target's own file (the default stays the earlier znver4 model): only the znver4 and skylake-avx512 costs and
 the new file's predictions moved. And once more when the znver4 model got weight-stream probes
 (``relay_eqsat/cost/streams.py``: a weight's price per byte measured by size) and its fusion weights were
-refitted: only the znver4 costs moved (the trees, and so every model's predictions, are unchanged).
+refitted: only the znver4 costs moved (the trees, and so every model's predictions, are unchanged). And
+once more when pools came to be measured on the channel blocks a convolution hands them and their
+measurements, taken on channels-first maps, left the shipped tables (``cache.REMEASURED_OPS``): only the
+pools' auto costs moved, on the three targets with shipped measurements (now the learned models'
+predictions; the analytic costs and every learned prediction are unchanged).
 """
 from __future__ import annotations
 

@@ -170,6 +170,32 @@ def _migrate(conn: sqlite3.Connection) -> None:
         raise
 
 
+#: ops whose TVM (x86) measurements changed meaning: since 2026-12-06 pools are timed on the channel
+#: blocks a convolution hands them (``passes/runtime/kernels.py``, ``blocked_pool``), before on
+#: channels-first maps, where a global pool and its whole-map window ran alike; rows of before are
+#: dropped once (:func:`_forget_remeasured`), the meta key marking it done
+REMEASURED_OPS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d")
+_REMEASURED_KEY = "pools_on_channel_blocks"
+
+
+def _forget_remeasured(conn: sqlite3.Connection) -> None:
+    """Drop the TVM rows of :data:`REMEASURED_OPS` measured before their measurement changed (once per
+    database, in one immediate transaction; the meta key says it was done)."""
+    if conn.execute("SELECT 1 FROM meta WHERE key=?", (_REMEASURED_KEY,)).fetchall():
+        return
+    marks = ",".join("?" * len(REMEASURED_OPS))
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        if not conn.execute("SELECT 1 FROM meta WHERE key=?", (_REMEASURED_KEY,)).fetchall():
+            conn.execute(f"DELETE FROM costs WHERE op IN ({marks}) AND backend LIKE 'tvm-%'", REMEASURED_OPS)
+            conn.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", (_REMEASURED_KEY, "1"))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
 def _old_tables_as_views(conn: sqlite3.Connection) -> None:
     """Read an older database that cannot be migrated (cannot be written) through temporary views
     that add ``device`` ``''`` to its rows (a temporary name shadows the file's table)."""
@@ -230,6 +256,7 @@ class CostCache:
         self._conn, self._pid = conn, os.getpid()
         try:
             self._retry(lambda: _migrate(conn))
+            self._retry(lambda: _forget_remeasured(conn))
         except Exception as e:  # noqa: BLE001 - filtered by _storage_error
             if not _storage_error(e):
                 raise
