@@ -221,18 +221,26 @@ def summarize_real_models(d: Mapping, header: Mapping) -> dict[str, dict]:
     return out
 
 
+#: how much faster a goal's "faster" is: the runtime check's margin (passes/runtime/decision.py,
+#: RUNTIME_MARGIN), so that two programs that time alike (MobileNet-v2's input kept, tuned with the
+#: same trials twice: 1.003x, 5 of 9 rounds) do not count as one beating the other
+GOAL_MARGIN = 0.02
+
+
 def _beats_ort(r: Mapping) -> bool:
-    """The pass + tuning faster than onnxruntime: timed in the same rounds, the paired ratio below 1
-    and most rounds won; in older runs (onnxruntime timed apart), the medians."""
+    """The pass + tuning faster than onnxruntime: timed in the same rounds, the paired ratio at
+    most ``1 - GOAL_MARGIN`` and most rounds won; in older runs (onnxruntime timed apart), the
+    medians, by the same margin."""
     if r.get("over_ort") is not None:
-        return r["over_ort"] < 1.0 and (r.get("ort_wins") or 0) * 2 > (r.get("rounds") or 0)
-    return bool(r.get("ort_ms")) and r["pass_tuned_ms"] < r["ort_ms"]
+        return r["over_ort"] <= 1.0 - GOAL_MARGIN and (r.get("ort_wins") or 0) * 2 > (r.get("rounds") or 0)
+    return bool(r.get("ort_ms")) and r["pass_tuned_ms"] <= (1.0 - GOAL_MARGIN) * r["ort_ms"]
 
 
 def _tuning_goals(rows: Sequence[Mapping]) -> list[dict]:
-    """Issue 58's goals: the pass + tuning faster than tuning alone on every model (rounds won in
-    the majority), and faster than onnxruntime on at least two."""
-    faster = [r for r in rows if r.get("pass_over_alone") and r["pass_over_alone"] > 1.0
+    """Issue 58's goals: the pass + tuning faster than tuning alone on every model (by
+    :data:`GOAL_MARGIN` at least, rounds won in the majority), and faster than onnxruntime on at
+    least two (:func:`_beats_ort`)."""
+    faster = [r for r in rows if r.get("pass_over_alone") and r["pass_over_alone"] >= 1.0 / (1.0 - GOAL_MARGIN)
               and (r.get("wins") or 0) * 2 > (r.get("rounds") or 0)]
     beat = [r for r in rows if _beats_ort(r)]
     return [{"goal": "the pass + tuning faster than tuning alone at the same budget, on every model",

@@ -189,6 +189,10 @@ def test_summarize_a_run_folder_into_summaries_the_renderer_accepts(tmp_path):
     assert not results_doc._beats_ort(paired["rows"][0])  # faster by the median, but 4 of 9 rounds
     assert results_doc._beats_ort({**row, "over_ort": 0.93, "ort_wins": 7})
     assert not results_doc._beats_ort({**row, "over_ort": 1.02, "ort_wins": 5})
+    assert not results_doc._beats_ort({**row, "over_ort": 0.99, "ort_wins": 6})  # within the margin
+    level = {**row, "pass_over_alone": 1.003, "wins": 5}  # the same program, tuned twice
+    assert [g["met"] for g in results_doc._tuning_goals([row, level])][0] is False
+    assert [g["met"] for g in results_doc._tuning_goals([row, {**level, "pass_over_alone": 1.03}])][0] is True
     assert results_doc._beats_ort(row)  # an older run: medians (40 ms against 70)
 
     cost = s["cost_accuracy"]

@@ -19,10 +19,11 @@ import numpy as np
 import tvm
 
 from relay_eqsat import ops
+from relay_eqsat.cost.cache import POOL_OPS
 from relay_eqsat.cost.groups import group_anchor, group_graph
 from relay_eqsat.cost.instance import GROUP_OP, STREAM_OP, OpInstance
 from relay_eqsat.cost.measure import BackendUnavailable, MeasureConfig
-from relay_eqsat.cost.simd import simd_lanes
+from relay_eqsat.cost.simd import output_block, simd_lanes
 from relay_eqsat.cost.streams import probe_dense, probe_layer
 from relay_eqsat.graph import TensorGraph, TensorType
 
@@ -111,31 +112,21 @@ def relay_function(inst: OpInstance, seed: int = 0):
     return to_relay(g), params, inputs
 
 
-#: pools x86 builds in the channel blocks of the convolution before them (AlterOpLayout): measured so
-BLOCKED_POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d")
-
-
-def channel_block(channels: int, lanes: int) -> int:
-    """The channel block x86's untuned convolution of ``channels`` output channels hands the next
-    op: the largest divisor of the channels up to the SIMD ``lanes``."""
-    return next(d for d in range(min(channels, lanes), 0, -1) if channels % d == 0)
-
-
 def blocked_pool(inst: OpInstance, lanes: int | None):
-    """``relay_function(inst)`` of a pool (:data:`BLOCKED_POOLS`) as it runs after a convolution
+    """``relay_function(inst)`` of a pool (``cache.POOL_OPS``) as it runs after a convolution
     on an x86 target of ``lanes`` fp32 lanes: its input packed into the channel blocks the
-    convolution hands it (:func:`channel_block`), the pool run on the blocks, the output unpacked
+    convolution hands it (``simd.output_block``), the pool run on the blocks, the output unpacked
     (both layout transforms kernels of their own, left out of the time as a convolution's are).
     In a model the pool's input comes from a convolution, and x86's pools run in the two layouts
     at different speeds: a global average pool of 32 x 112 x 112 channels-first 0.38 ms, on 8-channel
     blocks 0.39 ms; the same average as a 112 x 112 window 0.39 and 0.05 ms (Zen 3). None where the
     op is not such a pool, the target has no lanes (not x86) or the block would be 1 channel."""
-    if inst.op not in BLOCKED_POOLS or not lanes or len(inst.input_types[0].shape) != 4:
+    if inst.op not in POOL_OPS or not lanes or len(inst.input_types[0].shape) != 4:
         return None
     from tvm import relay
 
     func, params, inputs = relay_function(inst)
-    block = channel_block(int(inst.input_types[0].shape[1]), lanes)
+    block = output_block(inst.input_types[0].shape[1], lanes)
     if block == 1:
         return None
     packed, a = f"NCHW{block}c", inst.attrs

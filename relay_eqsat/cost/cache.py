@@ -170,11 +170,12 @@ def _migrate(conn: sqlite3.Connection) -> None:
         raise
 
 
-#: ops whose TVM (x86) measurements changed meaning: since 2026-12-06 pools are timed on the channel
-#: blocks a convolution hands them (``passes/runtime/kernels.py``, ``blocked_pool``), before on
-#: channels-first maps, where a global pool and its whole-map window ran alike; rows of before are
-#: dropped once (:func:`_forget_remeasured`), the meta key marking it done
-REMEASURED_OPS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d")
+#: the pooling ops: since 2026-12-06 timed on x86 on the channel blocks a convolution hands them
+#: (``passes/runtime/kernels.py``, ``blocked_pool``), before on channels-first maps, where a global
+#: pool and its whole-map window ran alike; a database's rows of before are dropped once
+#: (:func:`_forget_remeasured`, ``REMEASURED_OPS``), the meta key marking it done
+POOL_OPS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d")
+REMEASURED_OPS = POOL_OPS
 _REMEASURED_KEY = "pools_on_channel_blocks"
 
 

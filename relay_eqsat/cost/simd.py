@@ -144,6 +144,12 @@ def _largest_divisor(n: int, at_most: int) -> int:
     return 1
 
 
+def output_block(channels: int, lanes: int) -> int:
+    """The channel block TVM's untuned x86 convolution of ``channels`` output channels hands the
+    next op on a CPU of ``lanes`` fp32 lanes: the largest divisor of the channels up to the lanes."""
+    return _largest_divisor(int(channels), int(lanes))
+
+
 def conv_kind(op: str, attrs: Attrs, input_types: Sequence[Type]) -> str | None:
     """``"conv"``, ``"depthwise"`` or ``"group"`` for an fp32 NCHW ``nn.conv2d`` that TVM's x86
     fallback schedules block by channels; None for anything else (other ops, other dtypes,
