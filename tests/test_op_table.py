@@ -31,7 +31,7 @@ the new file's predictions moved. And once more when the znver4 model got weight
 (``relay_eqsat/cost/streams.py``: a weight's price per byte measured by size) and its fusion weights were
 refitted: only the znver4 costs moved (the trees, and so every model's predictions, are unchanged). And
 once more when pools came to be measured on the channel blocks a convolution hands them and their
-measurements, taken on channels-first maps, left the shipped tables (``cache.REMEASURED_OPS``): only the
+measurements, taken on channels-first maps, left the shipped tables (``cache.POOL_OPS``): only the
 pools' auto costs moved, on the three targets with shipped measurements (now the learned models'
 predictions; the analytic costs and every learned prediction are unchanged).
 """

@@ -121,24 +121,20 @@ def blocked_pool(inst: OpInstance, lanes: int | None):
     at different speeds: a global average pool of 32 x 112 x 112 channels-first 0.38 ms, on 8-channel
     blocks 0.39 ms; the same average as a 112 x 112 window 0.39 and 0.05 ms (Zen 3). None where the
     op is not such a pool, the target has no lanes (not x86) or the block would be 1 channel."""
-    if inst.op not in POOL_OPS or not lanes or len(inst.input_types[0].shape) != 4:
+    if inst.op not in POOL_OPS or not lanes:
         return None
-    from tvm import relay
-
-    func, params, inputs = relay_function(inst)
     block = output_block(inst.input_types[0].shape[1], lanes)
     if block == 1:
         return None
-    packed, a = f"NCHW{block}c", inst.attrs
+    from tvm import relay
+
+    from relay_eqsat.passes.relay.conversions import FRONTEND
+
+    func, params, inputs = relay_function(inst)
+    d, packed = ops.get(inst.op), f"NCHW{block}c"
     x = relay.layout_transform(func.params[0], "NCHW", packed)
-    if inst.op.startswith("nn.global_"):
-        pool = getattr(relay.nn, inst.op[3:])(x, layout=packed)
-    else:
-        kw = dict(pool_size=a["pool_size"], strides=a["strides"], dilation=a["dilation"], padding=a["padding"],
-                  layout=packed, ceil_mode=a["ceil_mode"])
-        if inst.op == "nn.avg_pool2d":
-            kw["count_include_pad"] = a["count_include_pad"]
-        pool = getattr(relay.nn, inst.op[3:])(x, **kw)
+    pool = d.conversion(FRONTEND).to_ir({**(d.defaults or {}), **inst.attrs, "layout": packed}, [x],
+                                        list(inst.input_types), inst.out_type)
     return relay.Function(list(func.params), relay.layout_transform(pool, packed, "NCHW")), params, inputs
 
 

@@ -173,22 +173,21 @@ def _migrate(conn: sqlite3.Connection) -> None:
 #: the pooling ops: since 2026-12-06 timed on x86 on the channel blocks a convolution hands them
 #: (``passes/runtime/kernels.py``, ``blocked_pool``), before on channels-first maps, where a global
 #: pool and its whole-map window ran alike; a database's rows of before are dropped once
-#: (:func:`_forget_remeasured`, ``REMEASURED_OPS``), the meta key marking it done
+#: (:func:`_forget_remeasured`), the meta key marking it done
 POOL_OPS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d")
-REMEASURED_OPS = POOL_OPS
 _REMEASURED_KEY = "pools_on_channel_blocks"
 
 
 def _forget_remeasured(conn: sqlite3.Connection) -> None:
-    """Drop the TVM rows of :data:`REMEASURED_OPS` measured before their measurement changed (once per
+    """Drop the TVM rows of :data:`POOL_OPS` measured before their measurement changed (once per
     database, in one immediate transaction; the meta key says it was done)."""
     if conn.execute("SELECT 1 FROM meta WHERE key=?", (_REMEASURED_KEY,)).fetchall():
         return
-    marks = ",".join("?" * len(REMEASURED_OPS))
+    marks = ",".join("?" * len(POOL_OPS))
     try:
         conn.execute("BEGIN IMMEDIATE")
         if not conn.execute("SELECT 1 FROM meta WHERE key=?", (_REMEASURED_KEY,)).fetchall():
-            conn.execute(f"DELETE FROM costs WHERE op IN ({marks}) AND backend LIKE 'tvm-%'", REMEASURED_OPS)
+            conn.execute(f"DELETE FROM costs WHERE op IN ({marks}) AND backend LIKE 'tvm-%'", POOL_OPS)
             conn.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", (_REMEASURED_KEY, "1"))
         conn.execute("COMMIT")
     except BaseException:
