@@ -117,3 +117,19 @@ def test_tuning_a_convolution_measures_its_fallback_then_the_ordered_configurati
     fallback = tuning.fallback_index(t.task)
     assert measured == [fallback, *[i for i in config_order.ranked(t.task, target) if i != fallback][:2]]
     assert all(r.error_no == 0 for _, r in autotvm.record.load_from_file(str(log)))
+
+
+def test_fallback_share_finds_the_untuned_tiles_that_spill():
+    # AVX2, 1x1 at 28 columns: TVM's untuned tile is all 28 columns, 28 accumulators for 16 registers
+    wide = conv_task(AVX2, channels=144, out=32, size=28, kernel=1)
+    share = config_order.fallback_share(wide, AVX2, tuning.fallback_index(wide))
+    assert 0 < share <= config_order.REGISTER_SPILL
+    # 7 columns fit: the untuned tile is as good as the model's best there
+    narrow = conv_task(AVX2, channels=160, out=64, size=7, kernel=1)
+    assert config_order.fallback_share(narrow, AVX2, tuning.fallback_index(narrow)) > config_order.REGISTER_SPILL
+    # AVX-512's 32 registers hold the 28 columns
+    wide512 = conv_task(AVX512, channels=144, out=32, size=28, kernel=1)
+    assert config_order.fallback_share(wide512, AVX512, tuning.fallback_index(wide512)) > config_order.REGISTER_SPILL
+    # no model: no share
+    assert config_order.fallback_share(wide, "llvm -mtriple=aarch64-linux-gnu", 0) is None
+    assert config_order.fallback_share(wide, AVX2, None) is None

@@ -51,6 +51,22 @@ def test_the_budget_goes_first_to_what_the_programs_do_not_share_and_to_each_pro
     assert [t.trials for t in big] == [90, 3]  # shares by work, never past a task's configurations
 
 
+def test_a_small_kernel_whose_untuned_tile_spills_gets_its_first_ordered_trial_from_the_most_planned(monkeypatch):
+    spilling = {"spills", "spills-one-config", "spills-tiny"}
+    monkeypatch.setattr(tuning, "_spills", lambda t: t.task.name in spilling)
+    tasks = [task("big", 8e9, {"a"}), task("mid", 1e9, {"a"}), task("spills", 3e7, {"a"}),
+             task("fits", 2e7, {"a"}), task("spills-one-config", 2e7, {"a"}, space=1), task("spills-tiny", 1e6, {"a"})]
+    plan = {t.task.name: t.trials for t in tuning.plan_trials(tasks, 64, 1)}
+    # by work the budget ends at "mid"; the spilling one gets TVM's fallback and the order's first
+    # tile, taken from the task planned the most. Not covered: one whose tile fits, one with a single
+    # configuration (its fallback is all there is), one of less than a tenth of a trial's share of work
+    assert plan == {"big": 57 - tuning.COVER_TRIALS, "mid": 7, "spills": tuning.COVER_TRIALS, "fits": 0,
+                    "spills-one-config": 0, "spills-tiny": 0}
+    # with 16 trials a trial's share is 57 MFLOP: a 30-MFLOP kernel is not worth one
+    small = {t.task.name: t.trials for t in tuning.plan_trials([dataclasses.replace(t) for t in tasks], 16, 1)}
+    assert small == {"big": 15, "mid": 1, "spills": 0, "fits": 0, "spills-one-config": 0, "spills-tiny": 0}
+
+
 def test_the_decision_gets_a_few_trials_on_each_kernel_that_differs_and_its_program_would_tune():
     tasks = [task("shared-big", 1e9, {"a", "b"}),
              task("a-big", 4e8, {"a"}), task("a-small", 1e6, {"a"}),

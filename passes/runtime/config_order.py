@@ -120,6 +120,30 @@ TEMPLATES = {"conv2d_NCHWc.x86": _conv, "depthwise_conv2d_NCHWc.x86": _conv,
              "dense_pack.x86": _dense_pack, "dense_nopack.x86": _dense_nopack}
 
 
+def _scores(task, lanes: int, describe) -> dict[int, float]:
+    space = task.config_space
+    return {index: tile_score(describe(space.get(index), space, lanes)[1], lanes)
+            for index in range(space.range_length) if space.is_index_valid(index)}
+
+
+def fallback_share(task, target: str, fallback: int | None) -> float | None:
+    """The speed TVM's untuned configuration of ``task`` (its index ``fallback`` in the space) is
+    predicted to run at, as a share of the best configuration's (:func:`tile_score`); None where
+    there is no model for its template or target, or no fallback. A share at or below
+    ``REGISTER_SPILL`` is a tile that spills (28 columns where 16 registers hold 14) or wastes
+    lanes: the first configuration of :func:`ranked` order is then worth a trial on its own."""
+    lanes = simd_lanes(str(target))
+    describe = TEMPLATES.get(getattr(task, "name", None))
+    if describe is None or not lanes or fallback is None:
+        return None
+    try:
+        scores = _scores(task, lanes, describe)
+    except (KeyError, AttributeError, TypeError, ValueError, ZeroDivisionError, StopIteration):
+        return None
+    best = max(scores.values(), default=0.0)
+    return scores.get(fallback, 0.0) / best if best > 0 else None
+
+
 def ranked(task, target: str) -> list[int] | None:
     """The indices of ``task``'s configurations in the order tuning tries them; None where there is
     no model for its template or its target (not x86). Configurations are grouped by their register

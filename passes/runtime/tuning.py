@@ -8,8 +8,9 @@ program's AutoTVM tasks; the budget is spent in two rounds. :func:`plan_decision
 one program runs and another does not (where the decision is open) a few trials each (none where
 the program would ship it untuned), at most half the budget; the pass decides under them; :func:`plan_shipped` spends the rest on the tasks of the
 program it ships, planned as tuning that program alone plans it (each task's share of the trials by
-its floating-point work in one run of the program, a kernel run 144 times counted 144 times,
-:func:`plan_trials`), so a kept input loses only the first round's trials
+its floating-point work in one run of the program, a kernel run 144 times counted 144 times, and
+a small kernel whose untuned tile spills registers its first ordered trial, :func:`plan_trials`),
+so a kept input loses only the first round's trials
 on the candidates' own kernels. :func:`tune` runs a plan, appending every trial to the records file
 as it is measured (a Ctrl-C keeps them), and a second run on the same file tunes only what the plan
 still lacks (a task's trials already in the file count, and are not measured again). A task's
@@ -46,6 +47,21 @@ log = logging.getLogger(__name__)
 #: no task planned gets fewer trials than this (below it random search is a lottery); a budget
 #: too small for every task at this floor leaves the last tasks untuned
 MIN_TRIALS = 8
+#: trials a task whose untuned configuration spills registers or wastes lanes (by the register model,
+#: :func:`.config_order.fallback_share`) gets where the shares by work give it fewer: TVM's fallback
+#: and the first of :mod:`.config_order`'s order (:func:`_cover`). Shares by work leave a model's smallest kernels
+#: untuned, and among them are memory-bound ones that take far longer than their work says (Zen 3,
+#: MobileNet-v2 under a 128-trial log: the 144 -> 32 projection at 28 x 28 ran its 28-column fallback
+#: in 0.19 ms, onnxruntime in 0.083)
+COVER_TRIALS = 2
+#: the share of the budget those trials may take at most, the tasks of most work covered first
+COVER_SHARE = 0.25
+#: a task of less work than this share of one trial's (the whole work over the budget) is not
+#: covered: an excitation's 1x1 convolution on a 1 x 1 map runs in microseconds (EfficientNet-B0:
+#: 0.4 MFLOP at most, where one trial's share is 6.4), where memory-bound kernels of a tenth of
+#: a trial's share still take a percent of the model (MobileNet-v2's 192 -> 64 projection at
+#: 14 x 14: 4.8 MFLOP, 0.14 ms untuned, Zen 3)
+COVER_LEAST = 0.1
 #: trials a task only some of the compared programs run gets before the pass decides between them
 #: (:func:`plan_decision`): TVM's fallback and the first three of :mod:`.config_order`'s order
 DECIDE_TRIALS = 4
@@ -180,8 +196,9 @@ def plan_trials(tasks: Sequence[Task], budget: int, programs: int) -> list[Task]
     """``tasks`` in the order they are tuned (:func:`_in_turn`), each with its ``trials``: each task
     gets the budget's share of its work, at least :data:`MIN_TRIALS` (less when the budget cannot
     give that much to every unshared task), at most its configuration space; what is left once the
-    budget is spent gets none. One op's rival implementations (:func:`rivals`) are one task here:
-    their share is split by :func:`_split_rivals`, and :func:`tune` gives what is left after each
+    budget is spent gets none, but for the tasks whose untuned configuration spills registers: those
+    get :data:`COVER_TRIALS` from the tasks planned the most (:func:`_cover`). One op's rival
+    implementations (:func:`rivals`) are one task here: their share is split by :func:`_split_rivals`, and :func:`tune` gives what is left after each
     one's first trials to the fastest. A task's trials already in the log count towards its share
     (:func:`tune`)."""
     ordered = _in_turn(tasks, programs)
@@ -203,7 +220,47 @@ def plan_trials(tasks: Sequence[Task], budget: int, programs: int) -> list[Task]
         want = min(max(share, floor), sum(len(t.task.config_space) for t in g))
         _split_rivals(g, min(want, left))
         left -= sum(t.trials for t in g)
+    _cover(units, budget, floor)
     return ordered
+
+
+def _spills(t: Task) -> bool:
+    """Whether the register model predicts ``t``'s untuned configuration at no more than a spilling
+    tile's share of its best (:func:`.config_order.fallback_share`)."""
+    from relay_eqsat.cost.simd import REGISTER_SPILL
+
+    from .config_order import TEMPLATES, fallback_share
+
+    if TEMPLATES.get(getattr(t.task, "name", None)) is None:
+        return False
+    share = fallback_share(t.task, str(t.task.target), fallback_index(t.task))
+    return share is not None and share <= REGISTER_SPILL
+
+
+def _cover(units: Sequence[Sequence[Task]], budget: int, floor: int) -> None:
+    """Give each task that the shares by work left below :data:`COVER_TRIALS` and whose untuned
+    configuration spills (:func:`_spills`) that many, the tasks of most work first, each trial
+    taken from the task planned the most (never below ``floor``), within :data:`COVER_SHARE` of the
+    ``budget``. A task of less work than :data:`COVER_LEAST` of one trial's share of the whole is
+    left at its fallback. One op's rival implementations neither get nor give: they get their own
+    first trials."""
+    single = [g[0] for g in units if len(g) == 1]
+    cap = int(budget * COVER_SHARE)
+    keep = max(floor, COVER_TRIALS)
+    least = COVER_LEAST * sum(g[0].work for g in units) / max(1, budget)
+    for t in sorted((t for t in single if t.trials < COVER_TRIALS <= len(t.task.config_space)
+                     and t.work >= least), key=lambda t: -t.work):
+        need = COVER_TRIALS - t.trials
+        donors = [d for d in single if d.trials > keep]
+        if need > min(cap, sum(d.trials - keep for d in donors)):
+            continue
+        if not _spills(t):
+            continue
+        for _ in range(need):
+            d = max(donors, key=lambda d: (d.trials, -d.work))
+            d.trials -= 1
+            t.trials += 1
+            cap -= 1
 
 
 def rivals(tasks: Sequence[Task]) -> list[list[Task]]:
