@@ -70,7 +70,23 @@ def _ok(record) -> bool:
 def _convolution_tasks(mod: tvm.IRModule, target: str) -> list:
     from .tuning import program_tasks
 
+    if not _has_convolution(mod):  # no task extraction for nothing: BERT-base's takes a minute
+        return []
     return [t for t in program_tasks({"the program": mod}, target) if "conv2d" in t.task.name]
+
+
+def _has_convolution(mod: tvm.IRModule) -> bool:
+    """Whether any function of ``mod`` calls a convolution operator."""
+    found = []
+
+    def visit(e):
+        if isinstance(e, tvm.relay.Call) and isinstance(e.op, tvm.ir.Op) and "conv2d" in e.op.name:
+            found.append(e)
+
+    for _, func in mod.functions.items():
+        if isinstance(func, tvm.relay.Function):
+            tvm.relay.analysis.post_order_visit(func, visit)
+    return bool(found)
 
 
 def _input_shapes(mod: tvm.IRModule) -> dict[str, tuple]:
