@@ -40,10 +40,11 @@ log = logging.getLogger(__name__)
 #: (input, output) layouts, at most this many
 CANDIDATES = 8
 #: the paired rounds the choice is timed in, with the runtime check's margin and a sign test at its
-#: level (20 of 27). A conv net runs in milliseconds, so they cost seconds; in 9 rounds a choice
+#: level (36 of 54). A conv net runs in milliseconds, so they cost seconds; in 9 rounds a choice
 #: measured 0.945 and 0.952 of the time on a noisy machine won only 5 and 7 (bench_tuning_12), below
-#: the 8 that 9 rounds need
-ROUNDS = 27
+#: the 8 that 9 rounds need, and in 27 SqueezeNet1.1's choice on one log won 19 (0.960, 20 needed)
+#: in one run and 25 (0.962) in the next (Zen 3, bench_tuning_16)
+ROUNDS = 54
 #: the file beside a log that keeps the last choice's verdict on it (:func:`_remembered`)
 MEMO_SUFFIX = ".choice"
 
