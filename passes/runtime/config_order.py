@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from relay_eqsat.cost.simd import REGISTER_SPILL, simd_lanes, vector_registers
+from relay_eqsat.cost.simd import REGISTER_SPILL, output_block, simd_lanes, vector_registers
 
 #: independent accumulators the FMA units need to stay busy (latency 4 cycles x 2 pipes on the
 #: AMD and Intel cores TVM targets): a tile of fewer runs at ``acc / FMA_DEPTH`` of its speed
@@ -75,16 +75,12 @@ def _value(config, name: str, default: int = 1) -> int:
         return default
 
 
-def _largest_divisor(n: int, at_most: int) -> int:
-    return next(d for d in range(min(n, at_most), 0, -1) if n % d == 0)
-
-
 def untuned_blocks(space, lanes: int) -> tuple[int, int]:
     """The (input, output) channel blocks TVM's x86 fallback gives a convolution (``oc_bn`` the largest
     divisor of the output channels up to the lanes, ``ic_bn`` the largest divisor of the input
     channels up to ``oc_bn``): the layout the untuned program's convolutions hand each other."""
-    oc_bn = _largest_divisor(int(space.space_map["tile_oc"].product), lanes)
-    return _largest_divisor(int(space.space_map["tile_ic"].product), oc_bn), oc_bn
+    oc_bn = output_block(space.space_map["tile_oc"].product, lanes)
+    return output_block(space.space_map["tile_ic"].product, oc_bn), oc_bn
 
 
 def _conv(config, space, lanes: int):
@@ -120,10 +116,17 @@ TEMPLATES = {"conv2d_NCHWc.x86": _conv, "depthwise_conv2d_NCHWc.x86": _conv,
              "dense_pack.x86": _dense_pack, "dense_nopack.x86": _dense_nopack}
 
 
-def _scores(task, lanes: int, describe) -> dict[int, float]:
+#: what a template's description of a configuration fails with where the template is another TVM
+#: version's (its knobs are not these)
+_FOREIGN = (KeyError, AttributeError, TypeError, ValueError, ZeroDivisionError, StopIteration)
+
+
+def _described(task, lanes: int, describe):
+    """Each valid configuration of ``task``'s space as ``(index, describe(...))``."""
     space = task.config_space
-    return {index: tile_score(describe(space.get(index), space, lanes)[1], lanes)
-            for index in range(space.range_length) if space.is_index_valid(index)}
+    for index in range(space.range_length):
+        if space.is_index_valid(index):
+            yield index, describe(space.get(index), space, lanes)
 
 
 def fallback_share(task, target: str, fallback: int | None) -> float | None:
@@ -137,8 +140,8 @@ def fallback_share(task, target: str, fallback: int | None) -> float | None:
     if describe is None or not lanes or fallback is None:
         return None
     try:
-        scores = _scores(task, lanes, describe)
-    except (KeyError, AttributeError, TypeError, ValueError, ZeroDivisionError, StopIteration):
+        scores = {index: tile_score(d[1], lanes) for index, d in _described(task, lanes, describe)}
+    except _FOREIGN:
         return None
     best = max(scores.values(), default=0.0)
     return scores.get(fallback, 0.0) / best if best > 0 else None
@@ -154,19 +157,15 @@ def ranked(task, target: str) -> list[int] | None:
     describe = TEMPLATES.get(task.name)
     if describe is None or not lanes:
         return None
-    space = task.config_space
     groups: dict[tuple, list] = {}
     scores: dict[tuple, tuple] = {}
     try:
-        for index in range(space.range_length):
-            if not space.is_index_valid(index):
-                continue
-            shape, tile, within, keeps = describe(space.get(index), space, lanes)
+        for index, (shape, tile, within, keeps) in _described(task, lanes, describe):
             shape = (not keeps, *shape)
             groups.setdefault(shape, []).append((*within, index))
             scores[shape] = (-tile_score(tile, lanes), -tile.acc)
-    except (KeyError, AttributeError, TypeError, ValueError, ZeroDivisionError, StopIteration):
-        return None  # a template of another TVM version: its knobs are not these
+    except _FOREIGN:
+        return None
     keyed = []
     for keeps in (True, False):  # the untuned layout's configurations first, each part in turns
         part = sorted((g for g in groups if g[0] != keeps), key=lambda g: (scores[g], g))
