@@ -4,7 +4,7 @@ TVM's vectorized approximation, untuned and under an AutoTVM log, in paired roun
 What the ``approx`` rules (``sigmoid-fast``, ``tanh-fast``, ``exp-fast``, ``erf-fast``,
 ``softmax-fast``) are worth in a whole model where the cost model does not say: the model
 (bench/models/<model>.onnx) read into the pass's graph, written back as the pass writes its
-programs (``graph_to_module``: fast_sigmoid as 1 / (1 + fast_exp(-x)), fast_erf with its NaN
+programs (``graph_to_module``: fast_sigmoid as 0.5 + 0.5 * fast_tanh(0.5 * x), fast_erf with its NaN
 guard), once as it is and once with each op of ``--ops`` replaced by its approximation, both built
 at opt_level 3 untuned and under LOG (as ``tvmc compile --tuning-records`` builds them); outputs
 checked against the exact untuned build's, the four timed in interleaved rounds.

@@ -4,7 +4,7 @@ TVM's x86 code computes ``exp``, ``tanh`` and ``erf`` (and the exp inside
 ``sigmoid`` and ``nn.softmax``) with one libm call per value; its FastMath ops
 (``fast_exp``, ``fast_tanh``, ``fast_erf``, ``nn.fast_softmax``; TVM turns
 them on at opt_level 4 only) compute them SIMD-wide with polynomials, and
-the table's ``fast_sigmoid`` is 1 / (1 + fast_exp(-x)). The default rule set's
+the table's ``fast_sigmoid`` is 0.5 + 0.5 * fast_tanh(0.5 * x). The default rule set's
 ``approx`` rules (``exp-fast``, ``tanh-fast``, ``erf-fast``, ``sigmoid-fast``,
 ``softmax-fast``; option ``fast_math``) rewrite one into the other. Each case
 is a TensorGraph built in both forms and handed to TVM through the pass's

@@ -3,7 +3,7 @@
 The table's ``fast_exp``, ``fast_tanh``, ``fast_erf``, ``fast_sigmoid`` and
 ``nn.fast_softmax`` are the exact functions to within float32 rounding error,
 and keep NaN; the backend writes them with TVM's FastMath ops (fast_erf with a
-NaN guard, since TVM's maps NaN to 1; fast_sigmoid as 1 / (1 + fast_exp(-x))).
+NaN guard, since TVM's maps NaN to 1; fast_sigmoid as 0.5 + 0.5 * fast_tanh(0.5 * x)).
 Checked here: their values as TVM builds them against the exact functions on
 random and edge inputs, the rules' ``approx`` clause and the ``fast_math``
 option, and the optimizer choosing them for a transformer's GELU and softmax

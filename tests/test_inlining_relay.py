@@ -64,8 +64,8 @@ def _reads_in_tvm(name: str) -> int:
 
 @pytest.mark.tvm
 def test_the_op_tables_inline_reads_are_what_tvm_lowers():
-    """Every element-wise op of the table, as the backend writes it (a fast sigmoid is its fast_exp,
-    a fast_erf reads x again for its NaN guard)."""
+    """Every element-wise op of the table, as the backend writes it (a fast sigmoid is
+    0.5 + 0.5 * fast_tanh(0.5 * x), a fast_erf reads x again for its NaN guard)."""
     eo = elementwise_ops()
     got = {name: _reads_in_tvm(name) for name in eo["unary"] + eo["binary"]}
     assert got == {name: ops.OPS[name].inline_reads for name in got}

@@ -204,7 +204,7 @@ CASES = {
 }
 #: table ops whose Relay form is not a single call of a Relay op, so no Relay program reads back as
 #: them: fast_erf keeps NaN, written ``where(isnan(x), x, fast_erf(x))``; fast_sigmoid is
-#: ``1 / (1 + fast_exp(-x))`` (tests/test_fast_math.py); batch_dense is a dense per batch entry,
+#: ``0.5 + 0.5 * fast_tanh(0.5 * x)`` (tests/test_fast_math.py); batch_dense is a dense per batch entry,
 #: stacked (tests/test_batch_dense.py)
 WRITTEN_ONLY = {"fast_erf", "fast_sigmoid", "batch_dense"}
 

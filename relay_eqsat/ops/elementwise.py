@@ -104,7 +104,7 @@ _UNARY = [
     ("clip", lambda x, a: np.clip(x, a.number("a_min"), a.number("a_max")), 1, ("a_min", "a_max"), None, 19),
     ("nn.leaky_relu", lambda x, a: np.where(x > 0, x, x * a.number("alpha")), 1, ("alpha",), {"alpha": 0.01}, 20),
 ]
-# TVM's vectorized polynomial approximations (its FastMath ops, and a sigmoid built on fast_exp, which
+# TVM's vectorized polynomial approximations (its FastMath ops, and a sigmoid built on fast_tanh, which
 # TVM lacks; the default set's ``approx`` rules turn the exact functions into them): the same
 # functions to within float32 rounding error (tests/test_fast_math.py), computed SIMD-wide instead of
 # one libm call per value. As this table defines them they keep NaN (Relay's fast_erf maps NaN to 1:
@@ -118,10 +118,10 @@ _UNARY += [
 #: how many times TVM's llvm lowering reads an op's operand (``OpDef.inline_reads``; 1 if not
 #: listed), as counted in the TIR of the op applied to an inlined producer
 #: (tests/test_inlining_relay.py): tanh is legalized to two exps per sign, select-ed; the FastMath ops
-#: are polynomials evaluated on x and x * x; a fast sigmoid is its fast_exp's, a fast_erf also
-#: reads x for its NaN guard
+#: are polynomials evaluated on x and x * x; a fast sigmoid, 0.5 + 0.5 * fast_tanh(0.5 * x), one more
+#: than its fast_tanh; a fast_erf also reads x for its NaN guard
 _INLINE_READS = {"tanh": 5, "nn.leaky_relu": 3, "fast_exp": 18, "fast_tanh": 19, "fast_erf": 23,
-                 "fast_sigmoid": 18}
+                 "fast_sigmoid": 20}
 for _name, _fn, _cost, _num, _defaults, _vocab in _UNARY:
     register(OpDef(_name, 1, "elemwise", _unary_infer(_num), _unary_eval(_fn), per_element(_cost),
                    defaults=_defaults, required=tuple(k for k in _num if k not in (_defaults or {})),
