@@ -36,10 +36,11 @@ def _hardswish(x):
     return relay.multiply(x, gate)
 
 
-def _se_model(gate_shared=False, head=True):
+def _se_model(gate_shared=False, head=True, size=4):
     """A squeeze-and-excitation block (gate computed from the input) before a 1x1 projection, then a
-    hardswish and a batch-1 dense head: two run-time scales TVM folds into weights."""
-    x = relay.var("x", shape=(1, 32, 8, 8))
+    hardswish and a batch-1 dense head: two run-time scales TVM folds into weights (at ``size`` 4
+    the projection's weight, 48 x 32, is larger than the 32 x 4 x 4 feature map it scales)."""
+    x = relay.var("x", shape=(1, 32, size, size))
     s = relay.nn.global_avg_pool2d(x)
     s = relay.nn.relu(relay.nn.conv2d(s, _const(8, 32, 1, 1), kernel_size=(1, 1), channels=8))
     s = relay.sigmoid(relay.nn.conv2d(s, _const(32, 8, 1, 1), kernel_size=(1, 1), channels=32))
@@ -77,9 +78,9 @@ def test_is_axis_scale():
 def test_an_nhwc_gate_counts_on_its_channel_axis_and_is_not_claimed_when_unguarded():
     """The count reads an NHWC convolution's channel axis; the frontend keeps that convolution opaque,
     so its form has the same scale: the pass does not offer it as a fix."""
-    x = relay.var("x", shape=(1, 8, 8, 32))
+    x = relay.var("x", shape=(1, 4, 4, 32))
     s = relay.sigmoid(relay.mean(x, axis=[1, 2], keepdims=True))  # [1, 1, 1, 32]
-    y = relay.nn.conv2d(relay.multiply(x, s), _const(1, 1, 32, 16), kernel_size=(1, 1), channels=16,
+    y = relay.nn.conv2d(relay.multiply(x, s), _const(1, 1, 32, 48), kernel_size=(1, 1), channels=48,
                         data_layout="NHWC", kernel_layout="HWIO")
     mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
     assert runtime_scaled_weights(mod) == 1
@@ -96,7 +97,7 @@ def test_tvm_scales_weights_at_run_time_and_the_guarded_form_does_not():
     ours = relay.transform.InferType()(tvm.IRModule.from_expr(to_relay(from_relay(mod))))
     assert ours.astext().count("copy(") == 2 and runtime_scaled_weights(ours) == 0
     assert _weight_scaled_at_run_time(ours) == 0
-    inputs = random_inputs({"x": ((1, 32, 8, 8), "float32")})
+    inputs = random_inputs({"x": ((1, 32, 4, 4), "float32")})
     assert output_error(run(build(mod), inputs), run(build(ours), inputs))[0] <= 1e-6
     # read back, the copies are the identity: the same graph again
     again = from_relay(ours)
@@ -117,6 +118,18 @@ def test_no_guard_where_tvm_folds_nothing_or_a_copy_would_cost_a_kernel():
         assert "copy(" not in to_relay(from_relay(mod)).astext(), name
     shared = _se_model(gate_shared=True, head=False)
     assert runtime_scaled_weights(shared) == 0 and "copy(" not in to_relay(from_relay(shared)).astext()
+
+
+def test_a_scale_of_more_values_than_the_weight_is_left_to_fold_scale_axis():
+    """At 16 x 16 the gate scales 8,192 values and the projection's weight has 1,536: TVM's form,
+    the weight scaled and re-packed, moves fewer, so no copy guards it (the dense head's scale of 48
+    values for a 10 x 48 weight still is guarded), and the outputs are the input's."""
+    mod = _se_model(size=16)
+    assert runtime_scaled_weights(mod) == 1
+    ours = relay.transform.InferType()(tvm.IRModule.from_expr(to_relay(from_relay(mod))))
+    assert ours.astext().count("copy(") == 1 and runtime_scaled_weights(ours) == 0
+    inputs = random_inputs({"x": ((1, 32, 16, 16), "float32")})
+    assert output_error(run(build(mod), inputs), run(build(ours), inputs))[0] <= 1e-6
 
 
 def test_pass_returns_its_form_when_tvm_would_scale_weights():
