@@ -123,7 +123,8 @@ def _to_fast_sigmoid(a, xs, ts, out):
     """0.5 + 0.5 * fast_tanh(0.5 * x): TVM has no fast sigmoid, and its sigmoid calls libm's exp per
     value. The same function as 1 / (1 + fast_exp(-x)) to within float32 rounding (absolute error
     below 1e-6), and cheaper fused into a convolution's output: EfficientNet-B0 ran 0.864 of that
-    form's time on a Zen 3 (11 of 11 paired rounds; docs/design-notes.md, "Transcendental functions")."""
+    form's time on a Zen 3 (11 of 11 paired rounds; docs/design-notes.md, "TVM's vectorized
+    approximations")."""
     half = relay.const(np.array(0.5, dtype=ts[0].dtype))
     tanh = relay.Call(relay.op.get("fast_tanh"), [relay.multiply(half, xs[0])])
     return relay.add(half, relay.multiply(half, tanh))
