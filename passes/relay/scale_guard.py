@@ -31,10 +31,10 @@ offers its input in this form when the input has scales to guard
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Sequence
 
-import numpy as np
 import tvm
 from tvm import relay
 
@@ -76,7 +76,7 @@ def _folded(op: str, data_layout: str | None, data: Sequence[int],
 def dearer_scaled(data: Sequence[int], weight: Sequence[int] | None) -> bool:
     """Whether scaling the ``weight`` (and re-packing it) on every inference moves at least as many
     values as scaling the ``data`` does: where it does not, FoldScaleAxis's form is the cheaper one."""
-    return weight is None or int(np.prod(weight)) >= int(np.prod(data))
+    return weight is None or math.prod(weight) >= math.prod(data)
 
 
 def guards(graph: TensorGraph, i: int, constant: Sequence[bool], readers: Counter) -> bool:
