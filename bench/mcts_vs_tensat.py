@@ -48,9 +48,6 @@ and the cost model change under the scheduler: compare runs of one commit).
 """
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
 import tables
 import zoo_models
 
@@ -126,15 +123,7 @@ def code_version() -> dict:
     """The commit (and whether the checkout differs from it) and the rule count of this run."""
     from relay_eqsat.pipeline import resolve_rules
 
-    root = Path(__file__).resolve().parent.parent
-
-    def git(*args):
-        try:
-            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-    return {"commit": git("log", "-1", "--format=%h"), "modified": git("status", "--short", "--untracked-files=no"),
-            "rules": len(resolve_rules("default"))}
+    return {**tables.code_version(), "rules": len(resolve_rules("default"))}
 
 
 def evaluate_goals(rows: list[dict]) -> list[dict]:

@@ -646,6 +646,7 @@ def main(argv=None) -> list[dict]:
             except Exception as e:  # noqa: BLE001 - the zoo rows still run
                 print(f"export venv unavailable: {tables.error_text(e)}", flush=True)
         info = machine(args, py)
+        code = tables.code_version()
         print(f"{info.get('cpu_model')}, {info.get('target')}, {args.threads} thread(s); cost database {cost_db}",
               flush=True)
         jobs = [(m, lambda m=m: onnx_row(m, py, tmp, args)) for m in args.model_list]
@@ -655,7 +656,7 @@ def main(argv=None) -> list[dict]:
             rows.append(job())
             if "error" in rows[-1]:
                 print(f"  failed: {rows[-1]['error']}", flush=True)
-            tables.write_json(out, {"machine": info, "args": vars(args),
+            tables.write_json(out, {"machine": info, "code": code, "args": vars(args),
                                     "cost_db": str(cost_db), "rows": rows})
         print()
         tables.print_table(HEADERS, table_rows(rows),

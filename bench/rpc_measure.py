@@ -313,18 +313,6 @@ def first_run(models, configs, target, time_budget: float, before_tree: str | No
     return rows
 
 
-def code() -> dict:
-    """The commit measured, and whether tracked files differed from it."""
-    root = Path(__file__).resolve().parents[1]
-
-    def git(*args):
-        try:
-            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-    return {"commit": git("log", "-1", "--format=%h"), "modified": git("status", "--short", "--untracked-files=no")}
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="squeezenet1_1,shufflenet_v2_x1_0")
@@ -350,7 +338,7 @@ def main(argv=None) -> int:
         for m in missing:
             export_venv.export_model(py, m, MODELS_DIR)
     target = host_target()
-    data = {"machine": tables.machine_info(), "code": code(), "target": target, "models": models}
+    data = {"machine": tables.machine_info(), "code": tables.code_version(), "target": target, "models": models}
     goals = []
     if "throughput" in parts:
         rows = data["throughput"] = throughput(models, [c.strip() for c in args.configs.split(",")], target)

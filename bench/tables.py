@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,6 +42,19 @@ def machine_info() -> dict:
     except ImportError:
         pass
     return info
+
+
+def code_version() -> dict:
+    """The commit measured (``commit``) and the tracked files that differ from it (``modified``, git's
+    short status; empty when none), both empty where this is not a git checkout."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    return {"commit": git("log", "-1", "--format=%h"), "modified": git("status", "--short", "--untracked-files=no")}
 
 
 # -- summary figures ------------------------------------------------------------------------------
