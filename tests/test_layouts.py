@@ -150,6 +150,54 @@ def test_a_program_without_convolutions_keeps_its_log(tmp_path, monkeypatch):
     assert layouts.choose(mod, str(log), host_target())["reason"] == "no convolution"
 
 
+def sliced_sum_then_conv():
+    """Two convolutions of x padded to 16 output channels, each sliced back to 12 and biased (what
+    conv-pad-out-channels leaves), their sum read by a third convolution: EfficientNet-B0's residual
+    add between two padded convolutions, where TVM's graph tuner failed (KeyError: 'topi_op')."""
+    rng = np.random.default_rng(1)
+    x = relay.var("x", shape=(1, 8, 14, 14))
+
+    def const(*shape):
+        return relay.const(rng.standard_normal(shape).astype("float32"))
+
+    def padded(w):
+        y = relay.nn.conv2d(x, w, padding=(1, 1), channels=16, kernel_size=(3, 3))
+        return relay.nn.bias_add(relay.strided_slice(y, begin=[0, 0], end=[1, 12]), const(12))
+
+    y = padded(const(16, 8, 3, 3)) + padded(const(16, 8, 3, 3))
+    y = relay.nn.relu(relay.nn.conv2d(y, const(16, 12, 1, 1), channels=16, kernel_size=(1, 1)))
+    return relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
+
+
+def test_a_sum_of_sliced_convolutions_before_a_convolution_is_chosen_as_a_boundary(tmp_path):
+    mod = sliced_sum_then_conv()
+    tasks = tuning.program_tasks({"the input": mod}, host_target())
+    assert len(tasks) == 2  # the two padded convolutions are one task
+    for t in tasks:
+        t.trials = 3
+    log = tmp_path / "sliced.log"
+    tuning.tune(tasks, str(log), enabled=False)
+    records = [r for r in tuning._log(str(log)) if layouts._ok(r)]
+    # TVM's graph tuner alone keeps the dropped sum as the last convolution's ancestor
+    from tvm.autotvm.graph_tuner import DPTuner
+
+    with pytest.raises(KeyError, match="topi_op"), layouts._quiet():
+        DPTuner(mod["main"], {"x": (1, 8, 14, 14)}, records, [relay.op.get("nn.conv2d")], host_target(),
+                log_file=str(tmp_path / "gt.log")).benchmark_layout_transform(
+                    runner=tuning.measure_option()["runner"])
+    chosen, fallbacks = layouts.joint_records(mod, str(log), host_target())
+    assert fallbacks == 0 and len(chosen) == 3
+    # the program built under the chosen records computes what it computed untuned
+    chosen_log = tmp_path / "chosen.log"
+    with open(chosen_log, "w") as f:
+        for inp, res in chosen:
+            f.write(autotvm.record.encode(inp, res) + "\n")
+    inputs = random_inputs({"x": ([1, 8, 14, 14], "float32")}, 0)
+    want = run(build(mod), inputs)[0]
+    got = run(build(mod, records=load_records(str(chosen_log))), inputs)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("children", [True, False])
 def test_both_programs_build_under_their_own_records_in_children_or_here(tuned_chain, tmp_path, monkeypatch, children):
     """The choice and each kernel's fastest are built at once in child processes where they can be,

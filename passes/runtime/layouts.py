@@ -122,7 +122,7 @@ def joint_records(mod: tvm.IRModule, path: str, target: str, convolutions=None) 
             fallbacks += len(_measure_fallback(t.task, measure_option(), path))
     if fallbacks:  # appended to the log
         records = [r for r in _log(path) if _ok(r)]
-    with tempfile.TemporaryDirectory() as tmp, _quiet():
+    with tempfile.TemporaryDirectory() as tmp, _quiet(), _orphans_as_boundaries():
         try:
             tuner = DPTuner(typed["main"], shapes, records, [relay.op.get("nn.conv2d")],
                             target, max_sch_num=CANDIDATES, verbose=False,
@@ -132,6 +132,60 @@ def joint_records(mod: tvm.IRModule, path: str, target: str, convolutions=None) 
             return [tuple(r) for r in tuner.get_optimal_records()], fallbacks
         except (KeyError, RuntimeError, tvm.TVMError, ValueError, IndexError) as e:
             raise LayoutChoiceError(f"the graph tuner cannot take this program ({type(e).__name__}: {e})") from e
+
+
+def _without_orphans(in_nodes: dict, node_list, input_names) -> dict:
+    """The graph tuner's map from each convolution (or element-wise op of several inputs) to its
+    nearest such ancestors, ``in_nodes``, with no ancestor left out of it: an ancestor that is
+    neither in the map nor a boundary node (a graph input, or an op that fixes the layout:
+    ``strided_slice``, ``reshape``, ...) is replaced by its own nearest boundary nodes (none where
+    only constants feed it). TVM's graph tuner drops an element-wise op of several inputs that
+    all come from boundary nodes, but a convolution reading that op keeps it as an ancestor, and
+    then the tuner fails on it (``KeyError: 'topi_op'``): EfficientNet-B0 with two padded
+    convolutions' sliced outputs added before the next convolution. What such an op hands on is
+    in the boundary's fixed layout, so a convolution reading it is chosen as one reading a graph
+    input. Mutates and returns ``in_nodes``; a node left with no ancestor is a
+    :class:`LayoutChoiceError`."""
+    from tvm.autotvm.graph_tuner.utils import is_boundary_node
+
+    def boundaries(i: int, seen: set) -> list[int]:
+        if i in seen:
+            return []
+        seen.add(i)
+        if is_boundary_node(node_list[i], input_names):
+            return [i]
+        return [b for j, *_ in node_list[i]["inputs"] for b in boundaries(j, seen)]
+
+    for key, ancestors in in_nodes.items():
+        if all(a in in_nodes or is_boundary_node(node_list[a], input_names) for a in ancestors):
+            continue
+        mended: list[int] = []
+        for a in ancestors:
+            for b in ([a] if a in in_nodes or is_boundary_node(node_list[a], input_names)
+                      else boundaries(a, set())):
+                if b not in mended:
+                    mended.append(b)
+        if not mended:
+            raise LayoutChoiceError(f"node {key} of the graph tuner's graph has no input left")
+        ancestors[:] = mended
+    return in_nodes
+
+
+@contextlib.contextmanager
+def _orphans_as_boundaries():
+    """TVM's graph tuner with its ancestor map mended (:func:`_without_orphans`) while it runs."""
+    from tvm.autotvm.graph_tuner import base_graph_tuner
+
+    original = base_graph_tuner.get_in_nodes
+
+    def get_in_nodes(node_list, target_ops, input_names):
+        return _without_orphans(original(node_list, target_ops, input_names), node_list, input_names)
+
+    base_graph_tuner.get_in_nodes = get_in_nodes
+    try:
+        yield
+    finally:
+        base_graph_tuner.get_in_nodes = original
 
 
 @contextlib.contextmanager
