@@ -22,6 +22,7 @@ from relay_eqsat.graph import TensorGraph, TensorType, TupleType
 
 from .conversions import FRONTEND
 from .frontend import OpaqueCall, relay_type
+from .pad_in_producer import producer_pads
 from .scale_guard import guards
 from relay_eqsat.passes.runtime.build import build, executor
 from relay_eqsat.passes.runtime.target import host_target
@@ -120,6 +121,9 @@ def to_relay(graph: TensorGraph, signature: Sequence[tuple[str, TensorType]] | N
     constant = graph.is_constant()
     readers = Counter(j for i in live for j in graph[i].inputs)
     cuts = fusion_cuts(graph, live, constant) if stop_fusion else {}
+    pads = producer_pads(graph, live, constant, cuts)  # depthwise padding written by the 1x1 producer
+    padding = {p.producer: p.pad for p in pads.values()} | {d: (0, 0, 0, 0) for d in pads}
+    masked = {p.last: p for p in pads.values()}
     stopped: dict[int, relay.Expr] = {}
 
     def stop(j: int) -> relay.Expr:  # one stop_fusion per tensor, however many readers it cuts
@@ -153,7 +157,11 @@ def to_relay(graph: TensorGraph, signature: Sequence[tuple[str, TensorType]] | N
             if d is None or d.conversion(FRONTEND) is None:
                 raise ValueError(f"no Relay builder for op {n.op!r}")
             full = {**(d.defaults or {}), **n.attrs}
+            if i in padding:
+                full["padding"] = padding[i]
             e = d.conversion(FRONTEND).to_ir(full, xs, [graph[j].type for j in n.inputs], n.type)
+        if i in masked:  # the rows and columns the producer added, zero again after the element-wise ops
+            e = relay.multiply(e, _relay_const(masked[i].mask(n.type.shape, n.type.dtype)))
         exprs[i] = e
     return relay.Function(list(params.values()), exprs[graph.output], attrs=attrs)
 

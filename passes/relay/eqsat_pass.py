@@ -26,6 +26,7 @@ from relay_eqsat.user_warnings import warn
 from .frontend import UnsupportedProgram, from_relay, main_function
 from .backend import to_relay
 from .config import resolve_options
+from .pad_in_producer import moved_paddings
 from .scale_guard import runtime_scaled_weights
 from .simplify_copies import copied_ops
 from relay_eqsat.cost.tracker import remote_from_options
@@ -90,8 +91,9 @@ def _input_in_our_form(typed: tvm.IRModule, graph: TensorGraph, signature, func,
     """``graph`` (the input in the frontend's form), marked changed in ``report``, when TVM builds it
     better than the input itself: SimplifyExpr would copy shared work of the input and not of
     ``graph`` (`simplify_copies`), or FoldScaleAxis would scale weights of the input by run-time
-    values on every inference, which ``to_relay`` guards (`scale_guard`); else ``graph`` with
-    ``report`` untouched (the input goes on)."""
+    values on every inference, which ``to_relay`` guards (`scale_guard`), or a depthwise convolution
+    would copy its padded input, which ``to_relay`` has its 1x1 producer write (`pad_in_producer`);
+    else ``graph`` with ``report`` untouched (the input goes on)."""
     why = []
     copies, scaled = copied_ops(typed), runtime_scaled_weights(typed)
     if copies or scaled:
@@ -107,6 +109,11 @@ def _input_in_our_form(typed: tvm.IRModule, graph: TensorGraph, signature, func,
             report["scale_guards"] = [scaled, unguarded]
             why.append(f"TVM's FoldScaleAxis scales {scaled} weights of the input by values computed at run time, "
                        f"on every inference, {unguarded} of this form")
+    moved = moved_paddings(graph)
+    if moved:
+        report["producer_pads"] = moved
+        why.append(f"TOPI's x86 depthwise convolution copies its padded input in a stage of its own; {moved} of "
+                   "this form's read a padding their 1x1 producer wrote")
     if not why:
         return graph
     before = (report.get("reason") or "nothing cheaper found").removesuffix("; input kept")
