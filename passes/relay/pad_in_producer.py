@@ -38,13 +38,11 @@ MIN_COLUMNS = 56
 
 @dataclass(frozen=True)
 class ProducerPad:
-    """One depthwise convolution (``depthwise``) whose padding ``pad`` (top, left, bottom, right) the
-    1x1 convolution ``producer`` writes, through the element-wise ``chain`` ending in ``last``."""
+    """The padding ``pad`` (top, left, bottom, right) of one depthwise convolution, written by the 1x1
+    convolution ``producer``, through the element-wise ops ending in ``last`` (the depthwise input)."""
 
-    depthwise: int
     producer: int
     last: int
-    chain: frozenset
     pad: tuple
 
     def mask(self, shape: Sequence[int], dtype: str) -> np.ndarray:
@@ -138,7 +136,7 @@ def producer_pads(graph: TensorGraph, live: Sequence[int], constant: Sequence[bo
         producer, chain = found_chain
         inside = chain | {producer}
         if all(u in inside or u == d for j in inside for u in users.get(j, ())):
-            found[d] = ProducerPad(d, producer, last, chain, tuple(n.attrs["padding"]))
+            found[d] = ProducerPad(producer, last, tuple(n.attrs["padding"]))
     return found
 
 
