@@ -67,8 +67,8 @@ def main(argv=None) -> int:
                 rows.append({"model": name, "log": str(log), "error": tables.error_text(e)})
             print(f"{name}: {rows[-1].get('error') or rows[-1]['reason']}", flush=True)
     tables.print_table(
-        ["model", "convolutions", "changed", "fallbacks timed", "choice / fastest each", "rounds won", "kept", "s"],
-        [[r["model"], r.get("convolutions"), r.get("changed"), r.get("fallbacks"), r.get("ratio"),
+        ["model", "convolutions", "changed", "blocks raised", "fallbacks timed", "choice / fastest each", "rounds won", "kept", "s"],
+        [[r["model"], r.get("convolutions"), r.get("changed"), r.get("raised"), r.get("fallbacks"), r.get("ratio"),
           f"{r['wins']}/{r['rounds']}" if "wins" in r else None, r.get("kept"), r.get("seconds")] for r in rows],
         title="the convolutions' records chosen together over a model's tuning log (paired rounds; "
               "ratio: median of per-round ratios)")

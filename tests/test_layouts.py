@@ -222,7 +222,7 @@ def test_both_programs_build_under_their_own_records_in_children_or_here(tuned_c
     trial.write_text(text + crafted + "\n")
     if not children:
         monkeypatch.setattr(builder, "unavailable", lambda target, remote=False: "not here")
-    built = layouts._build_both(mod, host_target(), (load_records(str(log)), load_records(str(trial))))
+    built = layouts._build_all(mod, host_target(), (load_records(str(log)), load_records(str(trial))))
     assert [isinstance(b, builder.Prebuilt) for b in built] == [children, children]
     inputs = random_inputs({"x": ([1, 8, 14, 14], "float32")}, seed=0)
     want = run(build(mod), inputs)[0]
@@ -235,3 +235,74 @@ def test_both_programs_build_under_their_own_records_in_children_or_here(tuned_c
     for lib, path in zip(built, (log, trial)):
         assert lib.get_graph_json() == build(mod, records=load_records(str(path))).get_graph_json()
     assert built[0].get_graph_json() != built[1].get_graph_json()
+
+
+def wide_then_narrow():
+    """A 1x1 convolution 8 -> 32 channels, then 32 -> 12 at 28 x 28 (MobileNet-v2's 96 -> 24 in
+    small): TVM's fallback gives the second an input block below the first one's output block
+    (12 output channels: ic_bn at most 12, or 6 on AVX2, where 32 takes 16, or 8)."""
+    rng = np.random.default_rng(2)
+    x = relay.var("x", shape=(1, 8, 28, 28))
+    w1 = relay.const(rng.standard_normal((32, 8, 1, 1)).astype("float32"))
+    w2 = relay.const(rng.standard_normal((12, 32, 1, 1)).astype("float32"))
+    y = relay.nn.relu(relay.nn.conv2d(x, w1, channels=32, kernel_size=(1, 1)))
+    y = relay.nn.conv2d(y, w2, channels=12, kernel_size=(1, 1))
+    return relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], y)))
+
+
+def fallback_record(task, cost: float = 1e-4):
+    index = tuning.fallback_index(task)
+    return (autotvm.MeasureInput(tvm.target.Target(host_target()), task, task.config_space.get(index)),
+            autotvm.MeasureResult((cost,), 0, 0.0, 0.0))
+
+
+def test_an_input_block_the_fallback_ties_below_its_producers_is_raised():
+    from relay_eqsat.cost.simd import output_block, simd_lanes
+
+    lanes = simd_lanes(host_target())
+    first, second = sorted(tuning.program_tasks({"p": wide_then_narrow()}, host_target()),
+                           key=lambda t: t.task.args[0][1][1])  # by input channels: 8, then 32
+    record = fallback_record(second.task)
+    have = int(record[0].config["tile_ic"].size[-1])
+    want = output_block(32, lanes)
+    assert have < want  # the fallback's tie
+    assert layouts.raised_input_block(record, lanes) == want
+    index = layouts._with_input_block(second.task, record[0].config, want)
+    raised = second.task.config_space.get(index)
+    assert int(raised["tile_ic"].size[-1]) == want
+    for name in second.task.config_space.space_map:  # every other knob as it was
+        if name != "tile_ic":
+            assert tuning._same_entity(raised[name], record[0].config[name])
+    # the producer's input block is its producer's (8 channels, one block): nothing to raise
+    assert layouts.raised_input_block(fallback_record(first.task), lanes) is None
+    # no lanes (not x86), or a template without the knob: nothing
+    assert layouts.raised_input_block(record, None) is None
+    dense = tuning.program_tasks({"d": dense_relu()}, host_target())[0].task
+    assert layouts.raised_input_block(fallback_record(dense), lanes) is None
+
+
+def test_raised_blocks_are_measured_once_and_the_choice_times_them_and_keeps_what_computes_the_same(tmp_path):
+    mod = wide_then_narrow()
+    tasks = tuning.program_tasks({"p": mod}, host_target())
+    for t in tasks:
+        t.trials = 1  # each its fallback: the second keeps the tie
+    log = tmp_path / "narrow.log"
+    tuning.tune(tasks, str(log), enabled=False)
+    records = [r for r in tuning._log(str(log)) if layouts._ok(r)]
+    assert len(records) == 2
+    raised, measured = layouts.raised_blocks(records, str(log), host_target(), tasks)
+    assert measured == 1 and len(lines(log.read_text())) == 3  # the raised configuration, appended
+    changed = [(a, b) for a, b in zip(records, raised) if a[0].config.index != b[0].config.index]
+    assert len(changed) == 1 and layouts.raised_input_block(changed[0][1], None) is None
+    again, measured = layouts.raised_blocks(records, str(log), host_target(), tasks)
+    assert measured == 0 and [r[0].config.index for r in again] == [r[0].config.index for r in raised]
+    # the choice: timed against the log as it is; kept or not, the program computes what it computed
+    inputs = random_inputs({"x": ([1, 8, 28, 28], "float32")}, seed=0)
+    want = run(build(mod), inputs)[0]
+    report = layouts.choose(mod, str(log), host_target(), rounds=3)
+    assert report["convolutions"] == 2 and "ratio" in report and report["measured"] == 0
+    assert report["raised"] in (0, 1) and layouts.layouts_in_words(report)
+    if report["kept"]:
+        assert report["raised"] == 1 or report["changed"]
+    got = run(build(mod, records=load_records(str(log))), inputs)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))

@@ -45,6 +45,8 @@ CANDIDATES = 8
 #: the 8 that 9 rounds need, and in 27 SqueezeNet1.1's choice on one log won 19 (0.960, 20 needed)
 #: in one run and 25 (0.962) in the next (Zen 3, bench_tuning_16)
 ROUNDS = 54
+#: the templates whose input channel block :func:`raised_input_block` raises
+_RAISABLE = frozenset({"conv2d_NCHWc.x86"})
 #: the file beside a log that keeps the last choice's verdict on it (:func:`_remembered`)
 MEMO_SUFFIX = ".choice"
 
@@ -273,14 +275,99 @@ def apply_choice(path: str, chosen) -> int:
     return sum(1 for line in before if line not in now)
 
 
+def raised_input_block(record, lanes: int | None) -> int | None:
+    """The input channel block the convolution of ``record`` (a (MeasureInput, MeasureResult) pair)
+    is handed by producers that write their largest block (:func:`~relay_eqsat.cost.simd.output_block`
+    of its input channels), where its configuration takes a smaller one; None otherwise. TVM's x86
+    fallback ties a convolution's input block to its output block (``ic_bn`` at most ``oc_bn``): with
+    24 or 40 output channels it reads NCHW12c or NCHW10c while its producer writes NCHW16c, and a
+    ``layout_transform`` runs between them (MobileNet-v2's 96 -> 24 and 144 -> 24 at 56 x 56:
+    0.24 ms of 6.8, Sapphire-Rapids-class, tuned)."""
+    from relay_eqsat.cost.simd import output_block
+
+    inp = record[0]
+    if inp.task.name not in _RAISABLE or not lanes:
+        return None
+    try:  # the workload's data tensor: ("TENSOR", (n, c, h, w), dtype)
+        have = int(inp.config["tile_ic"].size[-1])
+        want = output_block(int(inp.task.args[0][1][1]), lanes)
+    except (KeyError, AttributeError, TypeError, ValueError, IndexError):  # another TVM's knobs
+        return None
+    return want if have < want else None
+
+
+def _with_input_block(task, config, block: int) -> int | None:
+    """The index of ``config`` with its ``tile_ic`` split's inner factor ``block``, every other knob
+    kept; None where ``task``'s space has no such configuration."""
+    from .tuning import _same_entity
+
+    space = task.config_space
+    knob = []
+    for name, knobs in space.space_map.items():
+        if name == "tile_ic":
+            pick = [i for i in range(len(knobs)) if int(knobs[i].size[-1]) == block]
+        else:
+            pick = [i for i in range(len(knobs)) if _same_entity(knobs[i], config[name])]
+        if not pick:
+            return None
+        knob.append(pick[0])
+    index = space.knob2point(knob)
+    return index if space.is_index_valid(index) else None
+
+
+def raised_blocks(chosen, path: str, target: str, convolutions) -> tuple[list, int]:
+    """``chosen`` (one record per convolution) with each record whose input block
+    :func:`raised_input_block` raises replaced by the same configuration with that block: its record
+    from the log ``path`` or its history, else measured once here (appended to ``path``).
+    ``convolutions``: the program's convolution tasks (:class:`.tuning.Task`; a record read from a
+    log has no configuration space). The records, and how many were measured. An isolated trial does not see the transform it saves
+    (AutoTVM times each kernel alone, its input in its own layout), so the program built under them
+    is timed (:func:`choose`)."""
+    from tvm import autotvm
+    from tvm.autotvm.measure import MeasureInput, create_measure_batch
+
+    from relay_eqsat.cost.simd import simd_lanes
+
+    from .tuning import _log, measure_option, task_key
+
+    lanes = simd_lanes(str(target))
+    spaces = {t.key: t.task for t in convolutions}
+    have = {}
+    for r in _log(path):
+        if _ok(r):
+            have.setdefault((task_key(r[0].task), r[0].config.index), r)
+    out, measured = [], 0
+    for record in chosen:
+        block = raised_input_block(record, lanes)
+        task = spaces.get(task_key(record[0].task))
+        index = None if block is None or task is None else _with_input_block(task, record[0].config, block)
+        if index is None:
+            out.append(record)
+            continue
+        found = have.get((task_key(task), index))
+        if found is None:
+            inputs = [MeasureInput(task.target, task, task.config_space.get(index))]
+            results = create_measure_batch(task, measure_option())(inputs)
+            autotvm.callback.log_to_file(path)(None, inputs, results)
+            measured += 1
+            found = (inputs[0], results[0]) if _ok((inputs[0], results[0])) else None
+        out.append(found if found is not None else record)
+    return out, measured
+
+
 def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None) -> dict[str, Any]:
-    """Choose ``mod``'s convolution records together (:func:`joint_records`), time ``mod`` built under
-    the choice against ``mod`` built under the log ``path`` as it is, in paired rounds, and keep the
-    choice (:func:`apply_choice`) only if it is faster by the runtime check's margin, with a sign test
-    at its level over ``rounds`` rounds (default :data:`ROUNDS`). What was done, for the report: ``kept``, ``reason``, ``convolutions`` (chosen records),
-    ``changed`` (of them, not each one's fastest), ``fallbacks`` (convolutions the trials had left
-    without a record, their fallback configuration measured), ``ratio``/``wins``/``rounds`` (when timed),
-    ``moved`` (records moved to the history) and ``seconds``."""
+    """Choose ``mod``'s convolution records together and keep the choice only if the program built
+    under it is faster than ``mod`` built under the log ``path`` as it is, in paired rounds, by the
+    runtime check's margin, with a sign test at its level over ``rounds`` rounds (default
+    :data:`ROUNDS`). The candidates: the graph tuner's choice (:func:`joint_records`) and the same
+    with the input blocks TVM's fallback ties below their producers' raised (:func:`raised_blocks`);
+    the faster of those that pass is kept (:func:`apply_choice`). What was done, for the report:
+    ``kept``, ``reason``, ``convolutions`` (chosen records), ``changed`` (of the kept or fastest
+    candidate's records, those not each one's fastest), ``raised`` (input blocks raised in that
+    candidate), ``fallbacks`` (convolutions the trials had left without a record, their fallback
+    configuration measured), ``measured`` (raised blocks' configurations measured),
+    ``ratio``/``wins``/``rounds`` (when timed), ``moved`` (records moved to the history) and
+    ``seconds``."""
     from .build import executor, output_error, random_inputs, set_inputs
     from .decision import RUNTIME_MARGIN, RUNTIME_MIN_REPEAT_MS, wins_needed
     from .records import load_records
@@ -288,7 +375,7 @@ def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None)
     from .tuning import task_key
 
     t0 = time.perf_counter()
-    out: dict[str, Any] = {"kept": False, "convolutions": 0, "changed": 0, "moved": 0}
+    out: dict[str, Any] = {"kept": False, "convolutions": 0, "changed": 0, "raised": 0, "moved": 0}
     convolutions = _convolution_tasks(mod, target)
     if not convolutions:
         return dict(out, reason="no convolution", seconds=time.perf_counter() - t0)
@@ -297,36 +384,54 @@ def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None)
     if remembered is not None:  # chosen on this log as it is now: nothing would come out otherwise
         return dict(remembered, remembered=True, moved=0, seconds=time.perf_counter() - t0)
     chosen, fallbacks = joint_records(mod, path, target, convolutions)
+    raised, measured = raised_blocks(chosen, path, target, convolutions)
     best = _fastest(path)
-    changed = [r for r in chosen if best.get(task_key(r[0].task)) != r[0].config.index]
-    out.update(convolutions=len(chosen), changed=len(changed), fallbacks=fallbacks)
-    if not changed:
+
+    def differing(records) -> int:
+        return sum(1 for r in records if best.get(task_key(r[0].task)) != r[0].config.index)
+
+    def lifted(records) -> int:
+        return sum(1 for a, b in zip(chosen, records) if a[0].config.index != b[0].config.index)
+
+    candidates = [c for c in (chosen, raised) if differing(c)]
+    if len(candidates) == 2 and not lifted(raised):
+        candidates = candidates[:1]
+    out.update(convolutions=len(chosen), changed=differing(chosen), fallbacks=fallbacks, measured=measured)
+    if not candidates:
         out["reason"] = "each convolution's fastest record is the joint choice"
         _remember(program, path, out)
         return dict(out, seconds=time.perf_counter() - t0)
     rounds = rounds or ROUNDS
     with tempfile.TemporaryDirectory() as tmp:
-        trial = os.path.join(tmp, "choice.log")
-        _write(trial, split_log(path, chosen)[0])
+        sets = [load_records(path)]
+        for k, c in enumerate(candidates):
+            trial = os.path.join(tmp, f"choice{k}.log")
+            _write(trial, split_log(path, c)[0])
+            sets.append(load_records(trial))
         typed = tvm.relay.transform.InferType()(mod)
         inputs = random_inputs({p.name_hint: ([int(d) for d in p.checked_type.shape], p.checked_type.dtype)
                                 for p in typed["main"].params}, seed=0)
         modules, outputs = [], []
-        for lib in _build_both(mod, target, (load_records(path), load_records(trial))):
+        for lib in _build_all(mod, target, sets):
             m = executor(lib, tvm.cpu(0))
             set_inputs(m, inputs)
             m.run()
             modules.append(m)
             outputs.append([m.get_output(i).numpy() for i in range(m.get_num_outputs())])
-        error, why = output_error(outputs[0], outputs[1])
-        if not error <= 1e-4:
-            return dict(out, reason=f"outputs differ under the choice ({why or f'{error:.3g}'})",
-                        seconds=time.perf_counter() - t0)
-        before, after = time_rounds(modules, repeat=rounds, min_repeat_ms=RUNTIME_MIN_REPEAT_MS)
-    ratio, wins = paired_ratio(before, after)
-    out.update(ratio=ratio, wins=wins, rounds=rounds)
+        for k in range(len(candidates)):
+            error, why = output_error(outputs[0], outputs[k + 1])
+            if not error <= 1e-4:
+                return dict(out, reason=f"outputs differ under the choice ({why or f'{error:.3g}'})",
+                            seconds=time.perf_counter() - t0)
+        times = time_rounds(modules, repeat=rounds, min_repeat_ms=RUNTIME_MIN_REPEAT_MS)
+    verdicts = [paired_ratio(times[0], t) for t in times[1:]]
+    k = min(range(len(candidates)), key=lambda k: (not (verdicts[k][0] <= 1 - RUNTIME_MARGIN
+                                                         and verdicts[k][1] >= wins_needed(rounds)),
+                                                     verdicts[k][0]))
+    (ratio, wins), pick = verdicts[k], candidates[k]
+    out.update(ratio=ratio, wins=wins, rounds=rounds, changed=differing(pick), raised=lifted(pick))
     if ratio <= 1 - RUNTIME_MARGIN and wins >= wins_needed(rounds):
-        out.update(kept=True, moved=apply_choice(path, chosen),
+        out.update(kept=True, moved=apply_choice(path, pick),
                    reason=f"faster: median ratio {ratio:.3f}, {wins}/{rounds} rounds")
     else:
         out["reason"] = f"not faster: median ratio {ratio:.3f}, {wins}/{rounds} rounds"
@@ -373,11 +478,11 @@ def _remember(program: str, path: str, report: dict[str, Any]) -> None:
         log.warning("the convolutions' choice could not be remembered beside %s: %s", path, e)
 
 
-def _build_both(mod: tvm.IRModule, target: str, record_sets) -> list:
+def _build_all(mod: tvm.IRModule, target: str, record_sets) -> list:
     """``mod`` built under each of ``record_sets``: at once, each in a child process of its own
     (:class:`~.builder.Builder`), where builds can run in children here; else one after the other
     in this process (also where the pass's machine has one CPU). EfficientNet-B0's two builds took
-    69 s of the step's 229 one after the other."""
+    69 s of the step's 229 one after the other (Zen 3)."""
     from relay_eqsat.cost.pool import default_jobs
 
     from .build import build
@@ -403,7 +508,8 @@ def layouts_in_words(report) -> str:
     if not report.get("convolutions"):
         return str(report.get("reason", "not done"))
     return (f"{report['changed']} of {report['convolutions']} convolutions' records differ from each one's "
-            f"fastest" + (f" ({report['fallbacks']} fallbacks timed first)" if report.get("fallbacks") else "")
+            f"fastest" + (f", {report['raised']} input blocks raised" if report.get("raised") else "")
+            + (f" ({report['fallbacks']} fallbacks timed first)" if report.get("fallbacks") else "")
             + f"; {report['reason']}" + ("; kept" if report.get("kept") else "; each kernel's fastest kept")
             + (" (remembered from an earlier run)" if report.get("remembered")
                else f" ({report['seconds']:.0f} s)" if "seconds" in report else ""))
