@@ -7,11 +7,13 @@ thread), 40 such kernels took 10.6% of its kernel time. Taking each convolution'
 alone ignores them.
 
 :func:`choose` picks one record per convolution for the whole program, kernels and transforms
-together. It uses AutoTVM's graph tuner: dynamic programming over each convolution's fastest
-:data:`CANDIDATES` records of distinct layouts, each transform timed here. The choice is kept only
-if the program built under it beats the program built under each kernel's fastest record, in
-:data:`ROUNDS` paired rounds with the runtime check's margin and a sign test at its level
-(:mod:`.decision`). A kept choice leaves the
+together. It times two candidates. One is AutoTVM's graph tuner's: dynamic programming over each
+convolution's fastest :data:`CANDIDATES` records of distinct layouts, each transform timed here.
+The other is each convolution's fastest record with the input block TVM's fallback ties below what
+its producers write raised to theirs (:func:`raised_blocks`): trials time kernels alone and never
+see that transform. The faster candidate is kept only if the program built under it beats the
+program built under each kernel's fastest record, in :data:`ROUNDS` paired rounds with the runtime
+check's margin and a sign test at its level (:mod:`.decision`). A kept choice leaves the
 chosen records in the log the program is built with (what ``tvmc compile --tuning-records`` reads);
 the records of those convolutions it displaces move to the log's history beside it
 (:func:`.records.history`). Tuning reads the history as trials measured (:func:`.tuning.records_per_task`):
@@ -363,12 +365,13 @@ def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None)
     runtime check's margin, with a sign test at its level over ``rounds`` rounds (default
     :data:`ROUNDS`). The candidates: the graph tuner's choice (:func:`joint_records`) and each
     convolution's fastest record with the input blocks TVM's fallback ties below their producers'
-    raised (:func:`raised_blocks`); the faster of those that pass is kept (:func:`apply_choice`). What was done, for the report:
-    ``kept``, ``reason``, ``convolutions`` (chosen records), ``changed`` (of the kept or fastest
-    candidate's records, those not each one's fastest), ``raised`` (of those, input blocks raised), ``fallbacks`` (convolutions the trials had left without a record, their fallback
-    configuration measured), ``measured`` (raised blocks' configurations measured),
-    ``ratio``/``wins``/``rounds`` (when timed), ``moved`` (records moved to the history) and
-    ``seconds``."""
+    raised (:func:`raised_blocks`); the faster of those that pass is kept (:func:`apply_choice`).
+    What was done, for the report: ``kept``, ``reason``, ``convolutions`` (chosen records),
+    ``changed`` (of the kept or fastest candidate's records, those not each one's fastest),
+    ``raised`` (of those, input blocks raised), ``fallbacks`` (convolutions the trials had left
+    without a record, their fallback configuration measured), ``measured`` (raised blocks'
+    configurations measured), ``ratio``/``wins``/``rounds`` (when timed), ``moved`` (records moved
+    to the history) and ``seconds``."""
     from .build import executor, output_error, random_inputs, set_inputs
     from .decision import RUNTIME_MARGIN, RUNTIME_MIN_REPEAT_MS, wins_needed
     from .records import load_records
@@ -391,9 +394,6 @@ def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None)
 
     def differing(records) -> int:
         return sum(1 for r in records if best.get(task_key(r[0].task)) != r[0].config.index)
-
-    def lifted(records) -> int:
-        return differing(records) if records is raised else 0
 
     candidates = [c for c in (chosen, raised) if differing(c)]
     out.update(convolutions=len(chosen), changed=differing(chosen), fallbacks=fallbacks, measured=measured)
@@ -425,12 +425,12 @@ def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None)
                             seconds=time.perf_counter() - t0)
         times = time_rounds(modules, repeat=rounds, min_repeat_ms=RUNTIME_MIN_REPEAT_MS)
     verdicts = [paired_ratio(times[0], t) for t in times[1:]]
-    k = min(range(len(candidates)), key=lambda k: (not (verdicts[k][0] <= 1 - RUNTIME_MARGIN
-                                                         and verdicts[k][1] >= wins_needed(rounds)),
-                                                     verdicts[k][0]))
+    passed = [ratio <= 1 - RUNTIME_MARGIN and wins >= wins_needed(rounds) for ratio, wins in verdicts]
+    k = min(range(len(candidates)), key=lambda k: (not passed[k], verdicts[k][0]))
     (ratio, wins), pick = verdicts[k], candidates[k]
-    out.update(ratio=ratio, wins=wins, rounds=rounds, changed=differing(pick), raised=lifted(pick))
-    if ratio <= 1 - RUNTIME_MARGIN and wins >= wins_needed(rounds):
+    out.update(ratio=ratio, wins=wins, rounds=rounds, changed=differing(pick),
+               raised=differing(pick) if pick is raised else 0)
+    if passed[k]:
         out.update(kept=True, moved=apply_choice(path, pick),
                    reason=f"faster: median ratio {ratio:.3f}, {wins}/{rounds} rounds")
     else:
@@ -499,16 +499,16 @@ def _build_all(mod: tvm.IRModule, target: str, record_sets) -> list:
 def _fastest_records(path: str, convolutions) -> list:
     """The record AutoTVM builds each of ``convolutions`` (:class:`.tuning.Task`) with from the log
     ``path`` (its fastest), for those that have one."""
-    from .tuning import task_key
+    from .tuning import fastest, task_key
 
-    wanted = {t.key for t in convolutions}
+    records = [r for _, r in _lines(path) if _ok(r)]
+    best = fastest(records)
     out: dict[tuple, tuple] = {}
-    for _, r in _lines(path):
-        if _ok(r) and task_key(r[0].task) in wanted:
-            key, cost = task_key(r[0].task), sum(r[1].costs) / len(r[1].costs)
-            if key not in out or cost < out[key][0]:
-                out[key] = (cost, r)
-    return [r for _, r in out.values()]
+    for r in records:
+        key = task_key(r[0].task)
+        if key in best and r[0].config.index == best[key][1]:
+            out.setdefault(key, r)
+    return [out[t.key] for t in convolutions if t.key in out]
 
 
 def _fastest(path: str) -> dict[tuple, int]:
@@ -518,13 +518,19 @@ def _fastest(path: str) -> dict[tuple, int]:
     return {key: index for key, (_, index) in fastest(r for _, r in _lines(path) if r is not None).items()}
 
 
+def _timed_first(report) -> str:
+    timed = [f"{report[k]} {what}" for k, what in (("fallbacks", "fallbacks"),
+                                                    ("measured", "raised configurations")) if report.get(k)]
+    return f" ({' and '.join(timed)} timed first)" if timed else ""
+
+
 def layouts_in_words(report) -> str:
     """:func:`choose`'s report in a line."""
     if not report.get("convolutions"):
         return str(report.get("reason", "not done"))
     return (f"{report['changed']} of {report['convolutions']} convolutions' records differ from each one's "
             f"fastest" + (f", {report['raised']} input blocks raised" if report.get("raised") else "")
-            + (f" ({report['fallbacks']} fallbacks timed first)" if report.get("fallbacks") else "")
+            + _timed_first(report)
             + f"; {report['reason']}" + ("; kept" if report.get("kept") else "; each kernel's fastest kept")
             + (" (remembered from an earlier run)" if report.get("remembered")
                else f" ({report['seconds']:.0f} s)" if "seconds" in report else ""))
