@@ -566,8 +566,9 @@ def tuning_block(s: Mapping) -> str:
                    else "changed" if r.get("pass_changed") else "input kept")
         chosen = (r.get("tuning_pass") or {}).get("layouts") or {}
         if chosen.get("kept"):
-            program += (f"; {chosen['changed']} of {chosen['convolutions']} convolutions' records chosen together "
-                        f"({times(1.0 / chosen['ratio'])}, {chosen['wins']}/{chosen['rounds']})")
+            raised = f", {chosen['raised']} input blocks raised" if chosen.get("raised") else ""
+            program += (f"; {chosen['changed']} of {chosen['convolutions']} convolutions' records chosen together"
+                        f"{raised} ({times(1.0 / chosen['ratio'])}, {chosen['wins']}/{chosen['rounds']})")
         speed = times(r.get("pass_over_alone"))
         out.append(f"| {label(r)} ({r.get('library')}) | {sig(r.get('ort_ms'))} | {sig(r['opt3_ms'])} | "
                    f"{sig(r['tuned_alone_ms'])} ({cells[0]}) | {sig(r['pass_tuned_ms'])} ({cells[1]}) | "
