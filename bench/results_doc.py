@@ -170,7 +170,8 @@ def _tuning_of(rec: Mapping) -> dict:
             "tasks_tuned": sum(1 for k in tasks if k.get("planned")), "programs": t.get("programs"),
             "deciding": t.get("decision_trials"),
             "layouts": {k: v for k, v in (t.get("layouts") or {}).items()
-                        if k in ("kept", "convolutions", "changed", "raised", "fallbacks", "ratio", "wins", "rounds")} or None}
+                        if k in ("kept", "convolutions", "changed", "raised", "fallbacks", "ratio", "wins",
+                                 "rounds")} or None}
 
 
 def _tuning_row(row: Mapping) -> dict | None:

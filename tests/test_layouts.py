@@ -299,9 +299,14 @@ def test_raised_blocks_are_measured_once_and_the_choice_times_them_and_keeps_wha
     # the choice: timed against the log as it is; kept or not, the program computes what it computed
     inputs = random_inputs({"x": ([1, 8, 28, 28], "float32")}, seed=0)
     want = run(build(mod), inputs)[0]
+    raised_record = changed[0][1][0]
+    raised_is_fastest = layouts._fastest(str(log))[tuning.task_key(raised_record.task)] == raised_record.config.index
     report = layouts.choose(mod, str(log), host_target(), rounds=3)
-    assert report["convolutions"] == 2 and "ratio" in report and report["measured"] == 0
-    assert report["raised"] in (0, 1) and layouts.layouts_in_words(report)
+    assert report["convolutions"] == 2 and report["measured"] == 0 and layouts.layouts_in_words(report)
+    if raised_is_fastest:  # timed faster alone too: the log builds with it already, nothing to raise
+        assert report["raised"] == 0
+    else:  # a candidate of its own, timed (the graph tuner's may be the one reported)
+        assert "ratio" in report and report["raised"] in (0, 1)
     if report["kept"]:
         assert report["raised"] == 1 or report["changed"]
     got = run(build(mod, records=load_records(str(log))), inputs)[0]
