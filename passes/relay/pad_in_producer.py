@@ -25,6 +25,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from relay_eqsat.cost.inlining import fusion_cuts
+from relay_eqsat.cost.simd import conv_kind
 from relay_eqsat.graph import TensorGraph
 from relay_eqsat.types import TensorType
 
@@ -53,22 +54,20 @@ class ProducerPad:
         return m
 
 
-def _conv(n) -> bool:
-    return (n.op == "nn.conv2d" and len(n.inputs) == 2 and n.attrs.get("data_layout", "NCHW") == "NCHW"
-            and n.attrs.get("kernel_layout", "OIHW") == "OIHW" and isinstance(n.type, TensorType)
-            and len(n.type.shape) == 4)
+def _kind(graph: TensorGraph, n) -> str | None:
+    """``conv_kind`` of ``n`` (the fp32 NCHW convolutions TVM's x86 schedules block by channels),
+    OIHW weights only."""
+    if n.attrs.get("kernel_layout", "OIHW") != "OIHW" or not isinstance(n.type, TensorType):
+        return None
+    return conv_kind(n.op, n.attrs, [graph[j].type for j in n.inputs])
 
 
 def _depthwise(graph: TensorGraph, n) -> bool:
-    if not _conv(n):
-        return False
-    w = graph[n.inputs[1]].type.shape
-    return (len(w) == 4 and w[1] == 1 and n.attrs["groups"] == w[0] == graph[n.inputs[0]].type.shape[1]
-            and any(n.attrs["padding"]))
+    return _kind(graph, n) == "depthwise" and any(n.attrs["padding"])
 
 
 def _pointwise_producer(graph: TensorGraph, n) -> bool:
-    if not _conv(n):
+    if _kind(graph, n) != "conv":
         return False
     w = graph[n.inputs[1]].type.shape
     return (tuple(w[2:]) == (1, 1) and tuple(n.attrs["strides"]) == (1, 1)
@@ -115,7 +114,7 @@ def _chain(graph: TensorGraph, last: int, constant: Sequence[bool], skip) -> tup
 def producer_pads(graph: TensorGraph, live: Sequence[int], constant: Sequence[bool],
                   skip: Mapping[int, object] | None = None) -> dict[int, ProducerPad]:
     """The depthwise convolutions of ``graph``'s ``live`` nodes whose padding their producer writes,
-    by node id: a depthwise convolution (NCHW, one channel a group, padded) whose input is a 1x1,
+    by node id: a depthwise convolution (fp32 NCHW, one channel a group, padded) whose input is a 1x1,
     stride-1, unpadded convolution of at least :data:`MIN_COLUMNS` rows and columns, directly or
     through element-wise ops (:func:`_chain`), none of which anything else reads. ``skip``: nodes
     left as they are (``to_relay``'s fusion cuts)."""

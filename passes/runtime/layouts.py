@@ -301,20 +301,10 @@ def raised_input_block(record, lanes: int | None) -> int | None:
 def _with_input_block(task, config, block: int) -> int | None:
     """The index of ``config`` with its ``tile_ic`` split's inner factor ``block``, every other knob
     kept; None where ``task``'s space has no such configuration."""
-    from .tuning import _same_entity
+    from .tuning import _same_entity, config_index
 
-    space = task.config_space
-    knob = []
-    for name, knobs in space.space_map.items():
-        if name == "tile_ic":
-            pick = [i for i in range(len(knobs)) if int(knobs[i].size[-1]) == block]
-        else:
-            pick = [i for i in range(len(knobs)) if _same_entity(knobs[i], config[name])]
-        if not pick:
-            return None
-        knob.append(pick[0])
-    index = space.knob2point(knob)
-    return index if space.is_index_valid(index) else None
+    return config_index(task.config_space, lambda name, value: int(value.size[-1]) == block
+                        if name == "tile_ic" else _same_entity(value, config[name]))
 
 
 def raised_blocks(chosen, path: str, target: str, convolutions) -> tuple[list, int]:
@@ -388,8 +378,8 @@ def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None)
     if remembered is not None:  # chosen on this log as it is now: nothing would come out otherwise
         return dict(remembered, remembered=True, moved=0, seconds=time.perf_counter() - t0)
     chosen, fallbacks = joint_records(mod, path, target, convolutions)
-    best = _fastest(path)
     fastest = _fastest_records(path, convolutions)
+    best = {task_key(r[0].task): r[0].config.index for r in fastest}
     raised, measured = raised_blocks(fastest, path, target, convolutions)
 
     def differing(records) -> int:

@@ -470,6 +470,20 @@ def _same_entity(a, b) -> bool:
     return repr(a) == repr(b)
 
 
+def config_index(space, wanted) -> int | None:
+    """The index in the configuration ``space`` of the configuration that takes, for each knob, its
+    first value ``wanted(name, value)`` accepts; None where a knob has no such value or the
+    configuration is not valid."""
+    knob = []
+    for name, knobs in space.space_map.items():
+        pick = next((i for i in range(len(knobs)) if wanted(name, knobs[i])), None)
+        if pick is None:
+            return None
+        knob.append(pick)
+    index = space.knob2point(knob)
+    return index if space.is_index_valid(index) else None
+
+
 def fallback_index(task) -> int | None:
     """The index in ``task``'s configuration space of TVM's own untuned choice for it (the
     fallback configuration its template picks without records), or None where it has none there."""
@@ -483,12 +497,7 @@ def fallback_index(task) -> int | None:
         with ctx, tvm.target.Target(task.target):
             task.func(*task.args)
         (cfg,) = ctx.memory.values()
-        space = task.config_space
-        knob = []
-        for name, knobs in space.space_map.items():
-            knob.append(next(i for i in range(len(knobs)) if _same_entity(knobs[i], cfg[name])))
-        index = space.knob2point(knob)
-        return index if space.is_index_valid(index) else None
+        return config_index(task.config_space, lambda name, value: _same_entity(value, cfg[name]))
     except Exception as e:  # noqa: BLE001 - a template without a fallback in its space: tuned from random
         log.debug("no fallback configuration for %s: %s", task.name, e)
         return None
