@@ -166,12 +166,15 @@ def _real_row(row: Mapping) -> dict | None:
 def _tuning_of(rec: Mapping) -> dict:
     t = rec.get("tuning") or {}
     tasks = t.get("tasks") or []
-    return {"trials": t.get("measured"), "seconds": t.get("seconds"), "tasks": len(tasks),
-            "tasks_tuned": sum(1 for k in tasks if k.get("planned")), "programs": t.get("programs"),
-            "deciding": t.get("decision_trials"),
-            "layouts": {k: v for k, v in (t.get("layouts") or {}).items()
-                        if k in ("kept", "convolutions", "changed", "raised", "fallbacks", "ratio", "wins",
-                                 "rounds")} or None}
+    chose = t.get("layouts") or {}
+    choosing = (chose.get("fallbacks") or 0) + (chose.get("measured") or 0)  # the choice's trials, in B
+    return {"trials": None if t.get("measured") is None else t["measured"] + choosing, "seconds": t.get("seconds"),
+            "tasks": len(tasks), "tasks_tuned": sum(1 for k in tasks if k.get("planned")),
+            "programs": t.get("programs"), "deciding": t.get("decision_trials"),
+            "choosing": choosing if "choice_allowance" in t else None,
+            "layouts": {k: v for k, v in chose.items()
+                        if k in ("kept", "convolutions", "changed", "raised", "fallbacks", "measured", "ratio",
+                                 "wins", "rounds")} or None}
 
 
 def _tuning_row(row: Mapping) -> dict | None:
@@ -558,7 +561,8 @@ def tuning_block(s: Mapping) -> str:
         cells = []
         for key in ("tuning_alone", "tuning_pass"):
             t = r.get(key) or {}
-            deciding = f" ({t['deciding']} deciding)" if t.get("deciding") is not None else ""
+            parts = [f"{t[k]} {k}" for k in ("deciding", "choosing") if t.get(k) is not None]
+            deciding = f" ({', '.join(parts)})" if parts else ""
             cells.append(f"{t.get('trials')}{deciding}, {t.get('tasks_tuned')}/{t.get('tasks')}, "
                          f"{seconds(t.get('seconds'))}")
         vs_ort = (f"{r['over_ort']:.3f} ({r.get('ort_wins')}/{r.get('rounds')})" if r.get("over_ort") is not None

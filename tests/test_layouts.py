@@ -311,3 +311,28 @@ def test_raised_blocks_are_measured_once_and_the_choice_times_them_and_keeps_wha
         assert report["raised"] == 1 or report["changed"]
     got = run(build(mod, records=load_records(str(log))), inputs)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+def test_the_choice_s_trials_come_out_of_the_budget(tmp_path):
+    mod = wide_then_narrow()
+    tasks = tuning.program_tasks({"p": mod}, host_target())
+    log = tmp_path / "budget.log"
+    # the second convolution's fallback ties its input block: one raised configuration to measure,
+    # kept out of the plan (a quarter of 8 covers it)
+    plan, kept = layouts.plan_with_choice(tasks, tasks, 8, str(log), host_target())
+    assert layouts.choice_trials(plan, str(log), host_target()) == (0, 1) and kept == 1
+    assert sum(t.trials for t in plan) + kept == 8
+    tuning.tune(plan, str(log), enabled=False)
+    report = layouts.choose(mod, str(log), host_target(), rounds=3, allowance=kept)
+    assert report["fallbacks"] + report["measured"] <= kept
+    assert len(list(tuning._log(str(log)))) <= 8  # the log and its history: never more than the budget
+    # nothing left for the choice: a convolution without a record leaves the graph tuner out (it
+    # would measure the fallback) and no raised configuration is measured
+    bare = tmp_path / "bare.log"
+    first, second = sorted(tasks, key=lambda t: t.task.args[0][1][1])
+    first.trials, second.trials = 1, 0
+    tuning.tune([first, second], str(bare), enabled=False)
+    assert layouts.choice_trials([first, second], str(bare), host_target()) == (1, 1)
+    report = layouts.choose(mod, str(bare), host_target(), rounds=3, allowance=0)
+    assert report["fallbacks"] == 0 and report["measured"] == 0 and "joint" in report
+    assert len(list(tuning._log(str(bare)))) == 1

@@ -33,8 +33,8 @@ from relay_eqsat.cost.tracker import remote_from_options
 from relay_eqsat.passes.runtime.builder import Builder, unavailable
 from relay_eqsat.passes.runtime.decision import RUNTIME_SETTINGS, judge, runtime_check
 from relay_eqsat.passes.runtime.records import has_records, load_records, resolve as resolve_records
-from relay_eqsat.passes.runtime.layouts import LayoutChoiceError, choose as choose_layouts
-from relay_eqsat.passes.runtime.tuning import check_tunable, plan_decision, plan_shipped, program_tasks, tune
+from relay_eqsat.passes.runtime.layouts import LayoutChoiceError, choose as choose_layouts, plan_with_choice
+from relay_eqsat.passes.runtime.tuning import check_tunable, plan_decision, program_tasks, tune
 from relay_eqsat.passes.runtime.remote import probe_device
 from relay_eqsat.passes.runtime.target import host_target
 from relay_eqsat.passes.runtime.verdicts import Verdicts, program_record
@@ -122,13 +122,13 @@ def _input_in_our_form(typed: tvm.IRModule, graph: TensorGraph, signature, func,
 
 
 
-def _choose_layouts(mod: tvm.IRModule, path: str, target: str) -> dict:
+def _choose_layouts(mod: tvm.IRModule, path: str, target: str, allowance: int | None = None) -> dict:
     """The tuned program's convolution records chosen together with the layout transforms between
     them (:func:`~relay_eqsat.passes.runtime.layouts.choose`), kept only where the program runs
     faster; a graph the graph tuner does not take keeps the log as tuned (a failure, with a warning).
     A Ctrl-C goes on up: the log is rewritten at once or not at all."""
     try:
-        return choose_layouts(mod, path, target)
+        return choose_layouts(mod, path, target, allowance=allowance)
     except LayoutChoiceError as e:  # a graph the graph tuner does not take: nothing to refine
         log.info("EqSatPass: %s", e)
         return {"kept": False, "reason": str(e)}
@@ -317,7 +317,9 @@ class EqSatPass:
         """Spend ``tune_trials`` AutoTVM trials in two rounds (:mod:`relay_eqsat.passes.runtime.tuning`),
         adding them to the log: a few on each kernel that differs between the input and the candidates
         the optimizer finds under ``records`` (the log's records so far, or None); the pass decides
-        under them (its runtime check, as after tuning); the rest on the tasks of the program it chose.
+        under them (its runtime check, as after tuning); the rest on the tasks of the program it chose,
+        but for the trials the convolutions' joint choice of records measures
+        (:func:`~relay_eqsat.passes.runtime.layouts.plan_with_choice`): all within ``tune_trials``.
         What was tuned, for the report."""
         t0 = time.perf_counter()
         bound = bind_params(mod, self.params) if self.params else mod
@@ -350,9 +352,10 @@ class EqSatPass:
                 out = self._transform(mod, opts, remote, device, records, stack)
             if (self.last_report or {}).get("changed"):
                 shipped, decided = out, "the result"
-        second = plan_shipped(program_tasks({decided: shipped}, target), compared, opts["tune_trials"], path)
+        second, kept = plan_with_choice(program_tasks({decided: shipped}, target), compared, opts["tune_trials"],
+                                        path, target)
         measured += tune(second, path)
-        layouts = _choose_layouts(shipped, path, target)
+        layouts = _choose_layouts(shipped, path, target, kept)
         tasks: dict[tuple, dict] = {}  # each task once: planned in all, in the log before, measured now
         for t in (*first, *second):
             row = tasks.setdefault(t.key, {"task": t.describe(), "programs": set(), "planned": 0,
@@ -361,7 +364,7 @@ class EqSatPass:
             row["planned"] = max(row["planned"], t.trials)
             row["measured"] += t.measured
         return {"budget": opts["tune_trials"], "measured": measured, "programs": list(programs),
-                "decided": decided, "decision_trials": sum(t.measured for t in first),
+                "decided": decided, "decision_trials": sum(t.measured for t in first), "choice_allowance": kept,
                 "tasks": [dict(r, programs=sorted(r["programs"])) for r in tasks.values()],
                 "layouts": layouts, "log": path, "seconds": time.perf_counter() - t0}
 

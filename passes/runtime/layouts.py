@@ -47,6 +47,8 @@ CANDIDATES = 8
 #: the 8 that 9 rounds need, and in 27 SqueezeNet1.1's choice on one log won 19 (0.960, 20 needed)
 #: in one run and 25 (0.962) in the next (Zen 3, bench_tuning_16)
 ROUNDS = 54
+#: the most of a tuning budget the choice's own trials may take (:func:`plan_with_choice`)
+CHOICE_SHARE = 0.25
 #: the templates whose input channel block :func:`raised_input_block` raises
 _RAISABLE = frozenset({"conv2d_NCHWc.x86"})
 #: the file beside a log that keeps the last choice's verdict on it (:func:`_remembered`)
@@ -285,17 +287,66 @@ def raised_input_block(record, lanes: int | None) -> int | None:
     24 or 40 output channels it reads NCHW12c or NCHW10c while its producer writes NCHW16c, and a
     ``layout_transform`` runs between them (MobileNet-v2's 96 -> 24 and 144 -> 24 at 56 x 56:
     0.24 ms of 6.8, Sapphire-Rapids-class, tuned)."""
+    return _raised(record[0].task, record[0].config, lanes)
+
+
+def _raised(task, config, lanes: int | None) -> int | None:
+    """:func:`raised_input_block` of ``task`` under ``config``."""
     from relay_eqsat.cost.simd import output_block
 
-    inp = record[0]
-    if inp.task.name not in _RAISABLE or not lanes:
+    if task.name not in _RAISABLE or not lanes:
         return None
     try:  # the workload's data tensor: ("TENSOR", (n, c, h, w), dtype)
-        have = int(inp.config["tile_ic"].size[-1])
-        want = output_block(int(inp.task.args[0][1][1]), lanes)
+        have = int(config["tile_ic"].size[-1])
+        want = output_block(int(task.args[0][1][1]), lanes)
     except (KeyError, AttributeError, TypeError, ValueError, IndexError):  # another TVM's knobs
         return None
     return want if have < want else None
+
+
+def choice_trials(plan, path: str, target: str) -> tuple[int, int]:
+    """The trials :func:`choose` would measure on a program whose tasks tuning ``plan``
+    (:class:`.tuning.Task`, trials planned) leaves in the log ``path``: (fallbacks, raised). A
+    fallback for each convolution without a trial planned or logged (the graph tuner needs a record
+    of each), and a raised configuration for each convolution whose fallback's input block
+    :func:`raised_input_block` raises and that the log does not hold yet (the fallback's blocks are
+    what tuning tries first and what most convolutions keep: :mod:`.config_order`)."""
+    from relay_eqsat.cost.simd import simd_lanes
+
+    from .tuning import fallback_index, records_per_task
+
+    lanes = simd_lanes(str(target))
+    done = records_per_task(path)
+    fallbacks = raised = 0
+    for t in plan:
+        if "conv2d" not in t.task.name:
+            continue
+        logged = done.get(t.key, ())
+        fallbacks += not t.trials and not logged
+        index = fallback_index(t.task)
+        config = None if index is None else t.task.config_space.get(index)
+        block = None if config is None else _raised(t.task, config, lanes)
+        raised += block is not None and _with_input_block(t.task, config, block) not in (None, *logged)
+    return fallbacks, raised
+
+
+def plan_with_choice(shipped, compared, budget: int, path: str, target: str) -> tuple[list, int]:
+    """:func:`.tuning.plan_shipped` with the trials :func:`choose` measures kept out of ``budget``:
+    the raised configurations and the graph tuner's fallbacks (:func:`choice_trials`) where together
+    they fit in :data:`CHOICE_SHARE` of it, else the raised ones alone (no more than that share).
+    The plan, and the trials kept (``choose``'s ``allowance``): the log never holds more than
+    ``budget`` trials of the programs, the choice's included, as tuning the input alone gets."""
+    from .tuning import plan_shipped
+
+    cap = int(budget * CHOICE_SHARE)
+    reserve = 0
+    while True:  # the fewer trials planned, the more fallbacks: until what is kept covers them
+        plan = plan_shipped(shipped, compared, budget - reserve, path)
+        fallbacks, raised = choice_trials(plan, path, target)
+        need = min(cap, raised + fallbacks if raised + fallbacks <= cap else raised)
+        if need <= reserve:
+            return plan, reserve
+        reserve = need
 
 
 def _with_input_block(task, config, block: int) -> int | None:
@@ -307,7 +358,7 @@ def _with_input_block(task, config, block: int) -> int | None:
                         if name == "tile_ic" else _same_entity(value, config[name]))
 
 
-def raised_blocks(chosen, path: str, target: str, convolutions) -> tuple[list, int]:
+def raised_blocks(chosen, path: str, target: str, convolutions, limit: int | None = None) -> tuple[list, int]:
     """``chosen`` (one record per convolution) with each record whose input block
     :func:`raised_input_block` raises replaced by the same configuration with that block: its record
     from the log ``path`` or its history, else measured once here (appended to ``path``).
@@ -316,7 +367,8 @@ def raised_blocks(chosen, path: str, target: str, convolutions) -> tuple[list, i
     does not see the transform a raised block saves (AutoTVM times each kernel alone, its input in
     its own layout; MobileNet-v2's 144 -> 24 timed 0.38 ms raised against 0.19, and ran 0.265 ms
     against 0.254 plus a 0.142 ms transform in the program), so the program built under them is
-    timed (:func:`choose`)."""
+    timed (:func:`choose`). At most ``limit`` are measured (None: no limit); a record whose raised
+    configuration is not logged and would be past it stays as it is."""
     from tvm import autotvm
     from tvm.autotvm.measure import MeasureInput, create_measure_batch
 
@@ -339,6 +391,9 @@ def raised_blocks(chosen, path: str, target: str, convolutions) -> tuple[list, i
             out.append(record)
             continue
         found = have.get((task_key(task), index))
+        if found is None and limit is not None and measured >= limit:  # the budget's share spent
+            out.append(record)
+            continue
         if found is None:
             inputs = [MeasureInput(task.target, task, task.config_space.get(index))]
             results = create_measure_batch(task, measure_option())(inputs)
@@ -349,24 +404,29 @@ def raised_blocks(chosen, path: str, target: str, convolutions) -> tuple[list, i
     return out, measured
 
 
-def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None) -> dict[str, Any]:
+def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None,
+           allowance: int | None = None) -> dict[str, Any]:
     """Choose ``mod``'s convolution records together and keep the choice only if the program built
     under it is faster than ``mod`` built under the log ``path`` as it is, in paired rounds, by the
     runtime check's margin, with a sign test at its level over ``rounds`` rounds (default
     :data:`ROUNDS`). The candidates: the graph tuner's choice (:func:`joint_records`) and each
     convolution's fastest record with the input blocks TVM's fallback ties below their producers'
     raised (:func:`raised_blocks`); the faster of those that pass is kept (:func:`apply_choice`).
+    ``allowance``: the most trials it may measure (the share of a tuning budget :func:`choice_trials`
+    kept for it; None: no limit). The graph tuner's candidate is left out where the fallbacks it
+    needs would not fit, and raised configurations are measured while the rest lasts.
     What was done, for the report: ``kept``, ``reason``, ``convolutions`` (chosen records),
     ``changed`` (of the kept or fastest candidate's records, those not each one's fastest),
     ``raised`` (of those, input blocks raised), ``fallbacks`` (convolutions the trials had left
     without a record, their fallback configuration measured), ``measured`` (raised blocks'
-    configurations measured), ``ratio``/``wins``/``rounds`` (when timed), ``moved`` (records moved
-    to the history) and ``seconds``."""
+    configurations measured), ``joint`` (why the graph tuner's candidate was left out, if it was),
+    ``ratio``/``wins``/``rounds`` (when timed), ``moved`` (records moved to the history) and
+    ``seconds``."""
     from .build import executor, output_error, random_inputs, set_inputs
     from .decision import RUNTIME_MARGIN, RUNTIME_MIN_REPEAT_MS, wins_needed
     from .records import load_records
     from .timing import paired_ratio, time_rounds
-    from .tuning import task_key
+    from .tuning import _log, task_key
 
     t0 = time.perf_counter()
     out: dict[str, Any] = {"kept": False, "convolutions": 0, "changed": 0, "raised": 0, "moved": 0}
@@ -377,16 +437,23 @@ def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None)
     remembered = _remembered(program, path)
     if remembered is not None:  # chosen on this log as it is now: nothing would come out otherwise
         return dict(remembered, remembered=True, moved=0, seconds=time.perf_counter() - t0)
-    chosen, fallbacks = joint_records(mod, path, target, convolutions)
+    logged = {task_key(r[0].task) for r in _log(path) if _ok(r)}
+    if allowance is None or sum(1 for t in convolutions if t.key not in logged) <= allowance:
+        chosen, fallbacks = joint_records(mod, path, target, convolutions)
+    else:  # the graph tuner needs a record of every convolution: not within the budget
+        chosen, fallbacks = [], 0
+        out["joint"] = "left out: the fallbacks it needs are past the budget"
     fastest = _fastest_records(path, convolutions)
     best = {task_key(r[0].task): r[0].config.index for r in fastest}
-    raised, measured = raised_blocks(fastest, path, target, convolutions)
+    raised, measured = raised_blocks(fastest, path, target, convolutions,
+                                     None if allowance is None else allowance - fallbacks)
 
     def differing(records) -> int:
         return sum(1 for r in records if best.get(task_key(r[0].task)) != r[0].config.index)
 
     candidates = [c for c in (chosen, raised) if differing(c)]
-    out.update(convolutions=len(chosen), changed=differing(chosen), fallbacks=fallbacks, measured=measured)
+    out.update(convolutions=len(chosen) or len(fastest), changed=differing(chosen), fallbacks=fallbacks,
+               measured=measured)
     if not candidates:
         out["reason"] = "each convolution's fastest record is the joint choice"
         _remember(program, path, out)
