@@ -81,6 +81,20 @@ def test_a_convolutions_space_is_ordered_untuned_layout_first_tiles_that_fit_fir
         assert described(fallback)[1] == 28 and order.index(fallback) > config_order.SPREAD
 
 
+def test_on_a_narrow_map_the_channel_blocks_are_ranked_with_the_tile():
+    # a 1x1 convolution 64 -> 64: TVM's untuned blocks are 16 in, 16 out on AVX-512 (one vector)
+    def first_blocks(size):
+        task = conv_task(AVX512, channels=64, out=64, size=size, kernel=1)
+        space = task.config_space
+        cfg = space.get(config_order.ranked(task, AVX512)[0])
+        return (cfg["tile_ic"].size[-1], cfg["tile_oc"].size[-1]), config_order.untuned_blocks(space, 16)
+
+    wide, untuned = first_blocks(config_order.LAYOUT_COLUMNS)
+    assert wide == untuned == (16, 16)  # a transform to its neighbours would cost: their layout first
+    narrow, _ = first_blocks(14)
+    assert narrow[1] == 32  # two vectors of output channels: the tile with the most accumulators that fit
+
+
 def test_no_order_where_there_is_no_model():
     assert config_order.ranked(conv_task(AVX2), "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72") is None
     x, y = relay.var("x", shape=(2, 16, 32)), relay.var("y", shape=(2, 24, 32))

@@ -16,7 +16,9 @@ with), tile shapes taking turns so that a few trials cover several of them. A co
 configurations that keep the channel blocks TVM gives it untuned come first: a record's blocks
 decide the layout its neighbours hand it, and where neighbouring records differ AlterOpLayout puts a
 ``layout_transform`` between them (measured, Zen 3, MobileNet-v2, 128 trials: the log made with this
-rule ran 0.957 of the time of one made without it, in 9 of 9 paired rounds; docs/history.md). Other
+rule ran 0.957 of the time of one made without it, in 9 of 9 paired rounds; docs/history.md). On
+maps narrower than :data:`LAYOUT_COLUMNS` a transform costs little and the blocks are ranked with
+the rest. Other
 templates (batch_matmul, pools, ...) have no order here and are searched at random.
 """
 from __future__ import annotations
@@ -36,6 +38,13 @@ FMA_DEPTH = 8
 ODD_VECTORS = 0.5
 #: a tile shape's second configuration is tried after the first ones of the next ``SPREAD`` shapes
 SPREAD = 4
+#: the least output columns at which a convolution's configurations that keep TVM's untuned channel
+#: blocks come first. Below, a layout transform moves a sixteenth of what one at 56 columns does
+#: (EfficientNet-B0's at 14 x 14: 0.02 ms, at 7 x 7: 0.003) and the blocks are ranked with the tile:
+#: with 32 output channels a block (14 accumulators in one row) its 1x1 convolutions at 7 x 7 and
+#: 14 x 14 timed 0.87-0.96 of the untuned blocks' best, and the program built with them ran 0.964 of
+#: the time (19/21 rounds; Sapphire-Rapids-class, docs/history.md)
+LAYOUT_COLUMNS = 28
 
 
 class Tile(NamedTuple):
@@ -92,7 +101,7 @@ def _conv(config, space, lanes: int):
     tile = Tile(oc_bn, columns * rows * vectors, vectors + columns * rows, covered)
     # within a shape: channel blocks that agree, larger input-channel blocks, the kernel width unrolled
     return (oc_bn, columns, rows), tile, (-int(ic_bn == oc_bn), -ic_bn, -unroll), \
-        (ic_bn, oc_bn) == untuned_blocks(space, lanes)
+        width < LAYOUT_COLUMNS or (ic_bn, oc_bn) == untuned_blocks(space, lanes)
 
 
 def _dense_pack(config, space, lanes: int):
