@@ -92,6 +92,12 @@ def untuned_blocks(space, lanes: int) -> tuple[int, int]:
     return output_block(space.space_map["tile_ic"].product, oc_bn), oc_bn
 
 
+def untuned_first(space) -> bool:
+    """Whether a convolution's configurations that keep TVM's untuned channel blocks come first: its
+    output map at least :data:`LAYOUT_COLUMNS` columns wide."""
+    return int(space.space_map["tile_ow"].product) >= LAYOUT_COLUMNS
+
+
 def _conv(config, space, lanes: int):
     oc_bn, ic_bn, columns = _inner(config, "tile_oc"), _inner(config, "tile_ic"), _inner(config, "tile_ow")
     rows, unroll = _value(config, "tile_oh"), _value(config, "unroll_kw")
@@ -101,7 +107,7 @@ def _conv(config, space, lanes: int):
     tile = Tile(oc_bn, columns * rows * vectors, vectors + columns * rows, covered)
     # within a shape: channel blocks that agree, larger input-channel blocks, the kernel width unrolled
     return (oc_bn, columns, rows), tile, (-int(ic_bn == oc_bn), -ic_bn, -unroll), \
-        width < LAYOUT_COLUMNS or (ic_bn, oc_bn) == untuned_blocks(space, lanes)
+        not untuned_first(space) or (ic_bn, oc_bn) == untuned_blocks(space, lanes)
 
 
 def _dense_pack(config, space, lanes: int):

@@ -309,10 +309,12 @@ def choice_trials(plan, path: str, target: str) -> tuple[int, int]:
     (:class:`.tuning.Task`, trials planned) leaves in the log ``path``: (fallbacks, raised). A
     fallback for each convolution without a trial planned or logged (the graph tuner needs a record
     of each), and a raised configuration for each convolution whose fallback's input block
-    :func:`raised_input_block` raises and that the log does not hold yet (the fallback's blocks are
-    what tuning tries first and what most convolutions keep: :mod:`.config_order`)."""
+    :func:`raised_input_block` raises and that the log does not hold yet, where tuning tries the
+    fallback's blocks first (:func:`.config_order.untuned_first`: most such convolutions keep them;
+    elsewhere the blocks tuning finds are not known before it)."""
     from relay_eqsat.cost.simd import simd_lanes
 
+    from .config_order import untuned_first
     from .tuning import fallback_index, records_per_task
 
     lanes = simd_lanes(str(target))
@@ -326,7 +328,8 @@ def choice_trials(plan, path: str, target: str) -> tuple[int, int]:
         index = fallback_index(t.task)
         config = None if index is None else t.task.config_space.get(index)
         block = None if config is None else _raised(t.task, config, lanes)
-        raised += block is not None and _with_input_block(t.task, config, block) not in (None, *logged)
+        if block is not None and untuned_first(t.task.config_space):
+            raised += _with_input_block(t.task, config, block) not in (None, *logged)
     return fallbacks, raised
 
 
