@@ -550,7 +550,9 @@ def tuning_block(s: Mapping) -> str:
                        if tvm is not None else None)
     out += ["", f"Budget B = {s.get('budget')} AutoTVM trials a model (each task's first trial TVM's own "
             "fallback configuration; then x86 convolutions and dense layers in the register-tile order of "
-            "`passes/runtime/config_order.py`, other kernels at random)." + (
+            "`passes/runtime/config_order.py`, other kernels at random). The pass + tuning's trials include "
+            "those deciding between its programs and those its joint choice of convolution records measures "
+            "(*choosing*: fallbacks the graph tuner needs, raised input blocks)." + (
                 " onnxruntime ran beside the bench and was timed in the same rounds: its column is paired "
                 "(median per-round ratio, rounds the pass + tuning won)." if any(r.get("over_ort") is not None
                                                                                   for r in s["rows"]) else ""), "",

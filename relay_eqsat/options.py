@@ -176,7 +176,7 @@ _OPTIONS: list[Option] = [
            "measured, and trials already there count; then the convolutions' records are chosen together with "
            "the layout transforms between them, kept where the program runs faster (the records they displace "
            "move to tuning_records + '.trials'; the verdict, kept in tuning_records + '.choice', serves a later "
-           "run on the same program and log) (0: no tuning)", low=0,
+           "run on the same program and log); the trials that choice measures count in the budget (0: no tuning)", low=0,
            low_inclusive=True, scope="pass"),
     Option("min_gain", float, None, "predicted speedup margin required when the runtime is not measured, "
            "e.g. 0.1 = 10%; None: the cost model's calibrated error for the target", low=0,

@@ -42,8 +42,9 @@ SPREAD = 4
 #: blocks come first. Below, a layout transform moves a sixteenth of what one at 56 columns does
 #: (EfficientNet-B0's at 14 x 14: 0.02 ms, at 7 x 7: 0.003) and the blocks are ranked with the tile:
 #: with 32 output channels a block (14 accumulators in one row) its 1x1 convolutions at 7 x 7 and
-#: 14 x 14 timed 0.87-0.96 of the untuned blocks' best, and the program built with them ran 0.964 of
-#: the time (19/21 rounds; Sapphire-Rapids-class, docs/history.md)
+#: 14 x 14 timed 0.87-0.96 of the untuned blocks' best; at B = 128 the log tuned in this order ran
+#: the pass's program 0.954 of the time of the log tuned in the old (20/21 paired rounds;
+#: Sapphire-Rapids-class, docs/history.md)
 LAYOUT_COLUMNS = 28
 
 

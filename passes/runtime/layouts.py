@@ -19,7 +19,8 @@ the records of those convolutions it displaces move to the log's history beside 
 (:func:`.records.history`). Tuning reads the history as trials measured (:func:`.tuning.records_per_task`):
 a resumed run measures none of them again. The verdict is kept beside the log (``<log>.choice``):
 a later run on the same program, log, target, machine and thread count returns it without
-choosing again (EfficientNet-B0's choice takes minutes, Zen 3).
+choosing again (EfficientNet-B0's choice takes minutes, Zen 3). Under the pass's tuning the trials
+it measures (fallbacks, raised configurations) come out of the budget (:func:`plan_with_choice`).
 """
 from __future__ import annotations
 
@@ -591,6 +592,7 @@ def layouts_in_words(report) -> str:
     return (f"{report['changed']} of {report['convolutions']} convolutions' records differ from each one's "
             f"fastest" + (f", {report['raised']} input blocks raised" if report.get("raised") else "")
             + _timed_first(report)
+            + ("; the graph tuner's candidate left out (its fallbacks past the budget)" if report.get("joint") else "")
             + f"; {report['reason']}" + ("; kept" if report.get("kept") else "; each kernel's fastest kept")
             + (" (remembered from an earlier run)" if report.get("remembered")
                else f" ({report['seconds']:.0f} s)" if "seconds" in report else ""))
