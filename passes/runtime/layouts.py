@@ -107,13 +107,16 @@ def _input_shapes(mod: tvm.IRModule) -> dict[str, tuple]:
     return shapes
 
 
-def joint_records(mod: tvm.IRModule, path: str, target: str, convolutions=None) -> tuple[list, int]:
+def joint_records(mod: tvm.IRModule, path: str, target: str, convolutions=None,
+                  allowance: int | None = None) -> tuple[list | None, int]:
     """One record per convolution of ``mod`` (weights bound), chosen with the layout transforms
     between them (AutoTVM's dynamic-programming graph tuner, transforms timed here), from the
     error-free records of the log ``path`` and its history. A convolution without one gets its
     fallback configuration measured first (appended to ``path``). The chosen (MeasureInput,
     MeasureResult) pairs and the fallbacks measured; LayoutChoiceError where the graph cannot be taken.
-    ``convolutions``: ``mod``'s convolution tasks (:class:`.tuning.Task`), where extracted already."""
+    ``convolutions``: ``mod``'s convolution tasks (:class:`.tuning.Task`), where extracted already.
+    ``allowance``: the most fallbacks it may measure (None: no limit); where more are needed it
+    measures none and returns (None, 0)."""
     from tvm import relay
     from tvm.autotvm.graph_tuner import DPTuner
 
@@ -123,10 +126,13 @@ def joint_records(mod: tvm.IRModule, path: str, target: str, convolutions=None) 
     shapes = _input_shapes(typed)
     records = [r for r in _log(path) if _ok(r)]
     have = {task_key(inp.task) for inp, _ in records}
+    missing = [t for t in (_convolution_tasks(typed, target) if convolutions is None else convolutions)
+               if t.key not in have]  # the graph tuner needs each convolution's candidates
+    if allowance is not None and len(missing) > allowance:
+        return None, 0
     fallbacks = 0
-    for t in _convolution_tasks(typed, target) if convolutions is None else convolutions:
-        if t.key not in have:  # the graph tuner needs each convolution's candidates
-            fallbacks += len(_measure_fallback(t.task, measure_option(), path))
+    for t in missing:
+        fallbacks += len(_measure_fallback(t.task, measure_option(), path))
     if fallbacks:  # appended to the log
         records = [r for r in _log(path) if _ok(r)]
     with tempfile.TemporaryDirectory() as tmp, _quiet(), _orphans_as_boundaries():
@@ -313,25 +319,35 @@ def choice_trials(plan, path: str, target: str) -> tuple[int, int]:
     :func:`raised_input_block` raises and that the log does not hold yet, where tuning tries the
     fallback's blocks first (:func:`.config_order.untuned_first`: most such convolutions keep them;
     elsewhere the blocks tuning finds are not known before it)."""
+    from .tuning import records_per_task
+
+    done = records_per_task(path)
+    return _fallbacks_needed(plan, done), _raised_ahead(plan, done, target)
+
+
+def _fallbacks_needed(plan, done) -> int:
+    """:func:`choice_trials`' fallbacks, ``done`` the log's configurations per task."""
+    return sum(1 for t in plan if "conv2d" in t.task.name and not t.trials and not done.get(t.key))
+
+
+def _raised_ahead(tasks, done, target: str) -> int:
+    """:func:`choice_trials`' raised configurations, ``done`` the log's configurations per task."""
     from relay_eqsat.cost.simd import simd_lanes
 
     from .config_order import untuned_first
-    from .tuning import fallback_index, records_per_task
+    from .tuning import fallback_index
 
     lanes = simd_lanes(str(target))
-    done = records_per_task(path)
-    fallbacks = raised = 0
-    for t in plan:
-        if "conv2d" not in t.task.name:
+    raised = 0
+    for t in tasks:
+        if t.task.name not in _RAISABLE or not untuned_first(t.task.config_space):
             continue
-        logged = done.get(t.key, ())
-        fallbacks += not t.trials and not logged
         index = fallback_index(t.task)
         config = None if index is None else t.task.config_space.get(index)
         block = None if config is None else _raised(t.task, config, lanes)
-        if block is not None and untuned_first(t.task.config_space):
-            raised += _with_input_block(t.task, config, block) not in (None, *logged)
-    return fallbacks, raised
+        if block is not None:
+            raised += _with_input_block(t.task, config, block) not in (None, *done.get(t.key, ()))
+    return raised
 
 
 def plan_with_choice(shipped, compared, budget: int, path: str, target: str) -> tuple[list, int]:
@@ -340,14 +356,16 @@ def plan_with_choice(shipped, compared, budget: int, path: str, target: str) -> 
     they fit in :data:`CHOICE_SHARE` of it, else the raised ones alone (no more than that share).
     The plan, and the trials kept (``choose``'s ``allowance``): the log never holds more than
     ``budget`` trials of the programs, the choice's included, as tuning the input alone gets."""
-    from .tuning import plan_shipped
+    from .tuning import plan_shipped, records_per_task
 
     cap = int(budget * CHOICE_SHARE)
+    done = records_per_task(path)
+    raised = _raised_ahead(shipped, done, target)  # the plan does not change these
     reserve = 0
     while True:  # the fewer trials planned, the more fallbacks: until what is kept covers them
         plan = plan_shipped(shipped, compared, budget - reserve, path)
-        fallbacks, raised = choice_trials(plan, path, target)
-        need = min(cap, raised + fallbacks if raised + fallbacks <= cap else raised)
+        both = raised + _fallbacks_needed(plan, done)
+        need = both if both <= cap else min(raised, cap)
         if need <= reserve:
             return plan, reserve
         reserve = need
@@ -430,7 +448,7 @@ def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None,
     from .decision import RUNTIME_MARGIN, RUNTIME_MIN_REPEAT_MS, wins_needed
     from .records import load_records
     from .timing import paired_ratio, time_rounds
-    from .tuning import _log, task_key
+    from .tuning import task_key
 
     t0 = time.perf_counter()
     out: dict[str, Any] = {"kept": False, "convolutions": 0, "changed": 0, "raised": 0, "moved": 0}
@@ -441,11 +459,9 @@ def choose(mod: tvm.IRModule, path: str, target: str, rounds: int | None = None,
     remembered = _remembered(program, path)
     if remembered is not None:  # chosen on this log as it is now: nothing would come out otherwise
         return dict(remembered, remembered=True, moved=0, seconds=time.perf_counter() - t0)
-    logged = {task_key(r[0].task) for r in _log(path) if _ok(r)}
-    if allowance is None or sum(1 for t in convolutions if t.key not in logged) <= allowance:
-        chosen, fallbacks = joint_records(mod, path, target, convolutions)
-    else:  # the graph tuner needs a record of every convolution: not within the budget
-        chosen, fallbacks = [], 0
+    chosen, fallbacks = joint_records(mod, path, target, convolutions, allowance)
+    if chosen is None:  # the graph tuner needs a record of every convolution: not within the budget
+        chosen = []
         out["joint"] = "left out: the fallbacks it needs are past the budget"
     fastest = _fastest_records(path, convolutions)
     best = {task_key(r[0].task): r[0].config.index for r in fastest}
